@@ -1,0 +1,3 @@
+"""ultimat3.core."""
+
+__all__: list[str] = []

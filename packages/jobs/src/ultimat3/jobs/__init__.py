@@ -1,0 +1,3 @@
+"""ultimat3.jobs."""
+
+__all__: list[str] = []

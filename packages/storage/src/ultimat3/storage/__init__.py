@@ -1,0 +1,3 @@
+"""ultimat3.storage: the distribution exists; its capability lands with its own issue."""
+
+__all__: list[str] = []
