@@ -1,0 +1,227 @@
+"""The values that cross the driver port: requests, claimed jobs, rows, steps, stats.
+
+Every driver (memory, Postgres, Redis, yours) speaks in these. They are frozen dataclasses that
+serialise to JSON with :func:`to_json_dict`. Times are aware UTC datetimes on rows and epoch
+milliseconds on the wire to and from the worker (``*_ms``), always read off the DRIVER's clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+JobState = Literal[
+    "ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled"
+]
+LIVE_STATES: Final[tuple[JobState, ...]] = ("ready", "delayed", "running", "suspended")
+TERMINAL_STATES: Final[tuple[JobState, ...]] = ("done", "failed", "dead", "cancelled")
+# A job waiting on its run_at: delayed, or ready backing off before a retry.
+PROMOTABLE_STATES: Final[tuple[JobState, ...]] = ("delayed", "ready")
+ALL_STATES: Final[tuple[JobState, ...]] = LIVE_STATES + TERMINAL_STATES
+
+StepState = Literal["started", "completed", "failed"]
+
+NackOutcome = Literal["retry", "dead", "failed", "suspend", "release"]
+"""What a nack does to the row.
+
+- ``retry``: back to ``ready`` with ``run_at`` in the future (a backoff); counted as retried.
+- ``dead``: attempts exhausted or terminal: settled ``dead`` (the dead letter); counted.
+- ``failed``: settled ``failed`` (``when_busy='fail'`` refusal, or ``dead_letter=False``); counted.
+- ``suspend``: ``step.sleep`` / ``step.wait_for_event``: ``suspended`` until ``run_at``; the
+  attempt is handed back uncounted.
+- ``release``: a drain, a busy ``'wait'`` lease, a rate limit: back to ``ready`` with the attempt
+  handed back uncounted.
+"""
+
+MAX_JOB_PAGE: Final = 200
+MAX_BULK_ROWS: Final = 1000
+MAX_ENQUEUE_BATCH: Final = 10_000
+MAX_TASK_FIRES: Final = 1000
+ENQUEUE_CHUNK: Final = 1000
+"""One round trip (statement / script) per this many inputs in ``enqueue_many``."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """One job to queue. ``id`` and ``run_id`` are allocated by the caller (the facade) so an
+    outbox row is published under the id it was staged with."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    payload: Any
+    idempotency_key: str
+    max_attempts: int
+    tenant_id: str | None = None
+    concurrency_key: str | None = None
+    delay_ms: int | None = None
+    """Relative to the driver's clock; ``run_at_ms`` wins when both are set."""
+    run_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    id: str
+    run_id: str
+    deduped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job handed to one worker under one claim. ``attempt`` is already counted."""
+
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    claim: str
+    worker_id: str
+    claimed_at_ms: int
+    """The driver's clock at the claim: the worker's "now" for sleeps and waits."""
+    lease_expires_at_ms: int
+    idempotency_key: str
+    tenant_id: str | None = None
+    concurrency_key: str | None = None
+    created_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    name: str
+    state: StepState
+    executions: int = 0
+    output: Any = None
+    error: Mapping[str, Any] | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    id: str
+    run_id: str
+    name: str
+    queue: str
+    state: JobState
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    idempotency_key: str
+    payload: Any = None
+    tenant_id: str | None = None
+    concurrency_key: str | None = None
+    last_error: Mapping[str, Any] | None = None
+    progress: Mapping[str, Any] | None = None
+    result: Any = None
+    worker_id: str | None = None
+    lease_expires_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail(JobRow):
+    """``introspect.show(id)``: the row with its steps, by step name."""
+
+    steps: Mapping[str, StepRecord] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    ready: int = 0
+    delayed: int = 0
+    running: int = 0
+    suspended: int = 0
+    done: int = 0
+    failed: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    affected: int
+    remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """One held slot of a lease key (``x_job_leases`` row)."""
+
+    key: str
+    slot: int
+    holder: str
+    token: int
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    id: str
+    host: str
+    started_at: datetime
+    queues: tuple[str, ...]
+    slots: int | None
+    in_flight: tuple[str, ...]
+    last_heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFire:
+    task: str
+    occurrence_ms: int
+    fired_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRow:
+    job: str
+    bucket_start: datetime
+    bucket_ms: int
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    dead: int = 0
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CounterTotals:
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    dead: int = 0
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillRow:
+    id: str
+    name: str
+    state: str
+    rows: int
+    cursor: Any
+    started_at: datetime
+    updated_at: datetime
+    job_id: str | None = None
+
+
+def to_json_dict(value: Any) -> Any:
+    """A row (or a list/mapping of rows) as plain JSON data: datetimes as ISO strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): to_json_dict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json_dict(v) for v in value]
+    return value

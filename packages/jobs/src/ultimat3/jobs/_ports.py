@@ -1,0 +1,331 @@
+"""The jobs ports: the driver and what hangs off it, the event bus and the outbox store.
+
+A driver is any object with these members (``typing.Protocol``: no base class to inherit).
+``memory_job_driver()`` is the one to copy; ``JobDriverConformance`` (``ultimat3.jobs.testing``)
+proves yours. Every settle, step write and heartbeat is FENCED on ``(worker_id, claim)``: it lands
+only while that claim still holds the row, and answers whether it landed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from ._model import (
+    BackfillRow,
+    BulkResult,
+    ClaimedJob,
+    CounterRow,
+    CounterTotals,
+    EnqueueRequest,
+    EnqueueResult,
+    JobDetail,
+    JobRow,
+    JobState,
+    LeaseGrant,
+    NackOutcome,
+    QueueStats,
+    StepRecord,
+    StepState,
+    TaskFire,
+    WorkerRow,
+)
+
+
+@runtime_checkable
+class StepStore(Protocol):
+    """Step persistence lives with the queue: one store, one transaction boundary."""
+
+    async def load(self, job_id: str) -> dict[str, StepRecord]:
+        """Every step recorded for the job, by name."""
+        ...
+
+    async def record(
+        self,
+        job_id: str,
+        name: str,
+        *,
+        state: StepState,
+        worker_id: str,
+        claim: str,
+        output: Any = None,
+        error: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Write one step, fenced on the claim. ``completed`` and ``failed`` count one execution
+        (``executions + 1``); ``started`` (a once-step's marker) does not. A ``completed`` step is
+        never overwritten. Answers whether the write landed."""
+        ...
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """Fleet-wide slots: one row per held slot, keyed ``(key, slot)``; TTL-bound."""
+
+    async def acquire(self, key: str, *, limit: int, holder: str, ttl_ms: int) -> LeaseGrant | None:
+        """Take a free (or expired) slot ``0..limit-1`` of ``key`` for ``holder``; a holder that
+        already holds a slot of the key gets that slot back, renewed. ``None`` when all are held.
+        Each grant carries a fencing token greater than every earlier token."""
+        ...
+
+    async def renew(self, key: str, slot: int, *, holder: str, ttl_ms: int) -> bool: ...
+
+    async def release(self, key: str, slot: int, *, holder: str) -> bool: ...
+
+    async def holders(self, key: str) -> list[LeaseGrant]:
+        """The unexpired grants of ``key``."""
+        ...
+
+
+@runtime_checkable
+class BackfillLedger(Protocol):
+    async def begin(self, name: str, *, job_id: str | None, cursor: Any) -> BackfillRow: ...
+
+    async def advance(self, backfill_id: str, *, rows: int, cursor: Any) -> None: ...
+
+    async def finish(self, backfill_id: str, *, state: str) -> None: ...
+
+    async def list(self, *, limit: int = 200) -> list[BackfillRow]: ...
+
+
+@runtime_checkable
+class JobIntrospection(Protocol):
+    """The operator surface: ``x jobs``, dashboards and tests read nothing else."""
+
+    async def show(self, job_id: str) -> JobDetail:
+        """The job's whole row with its steps; ``X_JOB_NOT_FOUND`` for an id nobody queued."""
+        ...
+
+    async def list(
+        self,
+        *,
+        queue: str | None = None,
+        name: str | None = None,
+        state: JobState | None = None,
+        id_prefix: str | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        tenant_id: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> list[JobRow]:
+        """Keyset pages, newest first; ``after=job_cursor(last_row)`` is the next page."""
+        ...
+
+    async def remove(self, job_id: str) -> None: ...
+
+    async def remove_many(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> BulkResult: ...
+
+    async def requeue(self, job_id: str, *, from_step: str | None = None) -> JobRow: ...
+
+    async def requeue_many(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> BulkResult: ...
+
+    async def cancel(self, job_id: str, reason: str | None = None) -> JobRow: ...
+
+    async def promote(self, job_id: str) -> JobRow: ...
+
+    async def promote_many(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> BulkResult: ...
+
+    async def resolve_step(
+        self, job_id: str, step: str, *, ran: bool, output: Any = None
+    ) -> StepRecord | None:
+        """Settle a once-step's unknown outcome: ``ran=True`` records it completed with
+        ``output``; ``ran=False`` forgets it so the next attempt runs it."""
+        ...
+
+    async def pause_queue(self, queue: str) -> None: ...
+
+    async def resume_queue(self, queue: str) -> None: ...
+
+    async def paused_queues(self) -> list[str]: ...
+
+    async def pause_task(self, task: str) -> None: ...
+
+    async def resume_task(self, task: str) -> None: ...
+
+    async def paused_tasks(self) -> list[str]: ...
+
+    async def task_fires(self) -> list[TaskFire]: ...
+
+    async def workers(self) -> list[WorkerRow]: ...
+
+    async def counters(self, *, job: str | None = None, since_ms: int) -> list[CounterRow]: ...
+
+    async def counter_totals(self, since_ms: int) -> CounterTotals: ...
+
+
+@runtime_checkable
+class JobDriver(Protocol):
+    """The jobs adapter port. Job code never changes when the driver does."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def steps(self) -> StepStore: ...
+
+    async def now_ms(self) -> int:
+        """The driver's clock (the database's, on a stored driver), epoch milliseconds."""
+        ...
+
+    def owns_connection(self, connection: object) -> bool:
+        """Whether an ambient connection is one this driver can enqueue on, inside the caller's
+        transaction. A driver answering ``False`` for an ambient connection gets the outbox."""
+        ...
+
+    async def enqueue(
+        self, request: EnqueueRequest, *, connection: object | None = None
+    ) -> EnqueueResult:
+        """Queue one job, deduped on the live key ``(name, tenant_id, idempotency_key)``."""
+        ...
+
+    async def enqueue_many(
+        self, requests: Sequence[EnqueueRequest], *, connection: object | None = None
+    ) -> list[EnqueueResult]:
+        """One round trip per ``ENQUEUE_CHUNK`` requests; results in input order."""
+        ...
+
+    async def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int,
+        no_dead_letter: Collection[str] = (),
+    ) -> list[ClaimedJob]:
+        """Hand out at most ``limit`` due jobs of unpaused ``queues``; counts the attempt. A lapsed
+        lease is re-offered; a lapse on a row's final attempt is settled ``dead`` by the claim
+        itself (``failed`` for the job names in ``no_dead_letter``) and never handed out."""
+        ...
+
+    async def ack(
+        self,
+        job_id: str,
+        *,
+        worker_id: str,
+        claim: str,
+        result: Any = None,
+        duration_ms: int | None = None,
+    ) -> bool: ...
+
+    async def nack(
+        self,
+        job_id: str,
+        *,
+        worker_id: str,
+        claim: str,
+        outcome: NackOutcome,
+        error: Mapping[str, Any] | None = None,
+        delay_ms: int | None = None,
+        run_at_ms: int | None = None,
+        wait_event: str | None = None,
+    ) -> bool:
+        """Settle a failed, suspended or handed-back attempt; see ``NackOutcome``. ``wait_event``
+        names the event a suspended row waits on, so a publish can wake it."""
+        ...
+
+    async def heartbeat(
+        self, job_id: str, *, worker_id: str, claim: str, visibility_timeout_ms: int
+    ) -> bool: ...
+
+    async def progress(
+        self, job_id: str, *, worker_id: str, claim: str, progress: Mapping[str, Any]
+    ) -> bool: ...
+
+    async def wake_waiters(self, event: str) -> int:
+        """Make every row suspended on ``event`` due now; answers how many."""
+        ...
+
+    async def stats(self) -> list[QueueStats]: ...
+
+    async def close(self) -> None: ...
+
+
+class EventBus(Protocol):
+    """What ``step.wait_for_event`` resumes from. ``publish`` joins the ambient transaction."""
+
+    async def publish(self, event: str, payload: Any, *, connection: object | None = None) -> str:
+        """Store one event; answers its id. Wakes the rows waiting on it."""
+        ...
+
+    async def marker(self) -> str:
+        """An opaque position: every event published after this call is "after" it."""
+        ...
+
+    async def find_after(self, event: str, marker: str, *, limit: int = 100) -> list[Any]:
+        """Payloads of ``event`` published after ``marker``, oldest first."""
+        ...
+
+
+class OutboxStore(Protocol):
+    """The transactional record behind an enqueue made in a transaction the driver cannot join."""
+
+    def accepts(self, connection: object) -> bool: ...
+
+    async def stage(self, connection: object, requests: Sequence[EnqueueRequest]) -> None: ...
+
+    async def claim_batch(self, *, limit: int, lease_ms: int) -> list[tuple[str, EnqueueRequest]]:
+        """Committed, unpublished rows: ``(outbox_row_id, request)``, in staging order."""
+        ...
+
+    async def mark_published_many(self, row_ids: Sequence[str]) -> None: ...
+
+    async def release(self, row_ids: Sequence[str]) -> None: ...
+
+
+def driver_members_missing(driver: object) -> list[str]:
+    """The required ``JobDriver`` members an object lacks (for a clear refusal)."""
+    required = (
+        "name",
+        "steps",
+        "now_ms",
+        "owns_connection",
+        "enqueue",
+        "enqueue_many",
+        "claim",
+        "ack",
+        "nack",
+        "heartbeat",
+        "progress",
+        "wake_waiters",
+        "stats",
+        "close",
+    )
+    return [m for m in required if not hasattr(driver, m)]
+
+
+def driver_leases(driver: object) -> LeaseStore | None:
+    leases = getattr(driver, "leases", None)
+    return leases if isinstance(leases, LeaseStore) else None
+
+
+def driver_introspect(driver: object) -> JobIntrospection | None:
+    intro = getattr(driver, "introspect", None)
+    return intro if intro is not None else None
+
+
+def driver_backfills(driver: object) -> BackfillLedger | None:
+    return getattr(driver, "backfills", None)

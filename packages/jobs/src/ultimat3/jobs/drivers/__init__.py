@@ -1,0 +1,1 @@
+"""Job drivers, one module each (the Postgres one is ``ultimat3.jobs.postgres``)."""
