@@ -1,0 +1,67 @@
+"""Ids: lowercase UUID version 7, monotonic within a process."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from typing import TypeGuard
+
+from ._errors import XError
+
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_TAIL_BITS = 74  # 12 bits rand_a + 62 bits rand_b
+_TAIL_MASK = (1 << _TAIL_BITS) - 1
+_lock = threading.Lock()
+_last = 0  # (ms << 74) | tail of the last id
+
+
+def _compose(ms: int, tail: int) -> str:
+    rand_a = tail >> 62
+    rand_b = tail & ((1 << 62) - 1)
+    value = (ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def uuid7_at(ms: int, tail: int) -> str:
+    """The uuid7 for a 48-bit ms timestamp and a 74-bit tail (for tests and fixtures)."""
+    if not 0 <= ms < 1 << 48 or not 0 <= tail <= _TAIL_MASK:
+        raise XError("X_INVARIANT", f"uuid7_at: ms {ms!r} or tail {tail!r} out of range")
+    return _compose(ms, tail)
+
+
+def new_id() -> str:
+    """A new lowercase uuid7; ids from one process sort in creation order."""
+    global _last
+    ms = time.time_ns() // 1_000_000
+    tail = int.from_bytes(os.urandom(10), "big") & _TAIL_MASK
+    with _lock:
+        candidate = (ms << _TAIL_BITS) | tail
+        if candidate <= _last:
+            # same millisecond (or the clock stepped back): count on from the last id,
+            # keeping random bits so the next value is not guessable.
+            candidate = _last + 1 + (tail & 0xFFFFFFFF)
+        _last = candidate
+    return _compose((candidate >> _TAIL_BITS) & ((1 << 48) - 1), candidate & _TAIL_MASK)
+
+
+def is_lowercase_uuid(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a canonical 8-4-4-4-12 lowercase hex UUID string."""
+    return isinstance(value, str) and _UUID_RE.fullmatch(value) is not None
+
+
+def require_lowercase_uuid(value: object, *, name: str) -> str:
+    """``value`` if it is a lowercase UUID, else ``X_ID_INVALID`` naming ``name``."""
+    if is_lowercase_uuid(value):
+        return value
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise XError(
+        "X_ID_INVALID",
+        f"{name} must be a lowercase UUID, got {shown}",
+        fix=f"pass {name} as a canonical lowercase UUID (str(uuid).lower(), or new_id())",
+        meta={"name": name},
+    )

@@ -1,0 +1,80 @@
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ultimat3.core import XError, is_lowercase_uuid, new_id, require_lowercase_uuid, uuid7_at
+
+
+def test_new_id_is_a_lowercase_uuid7() -> None:
+    value = new_id()
+    parsed = uuid.UUID(value)
+    assert parsed.version == 7
+    assert parsed.variant == uuid.RFC_4122
+    assert str(parsed) == value
+    assert is_lowercase_uuid(value)
+
+
+def test_new_ids_sort_in_creation_order() -> None:
+    ids = [new_id() for _ in range(5000)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+
+
+@given(st.integers(0, (1 << 48) - 1), st.integers(0, (1 << 74) - 1))
+def test_uuid7_at_encodes_its_timestamp(ms: int, tail: int) -> None:
+    value = uuid7_at(ms, tail)
+    parsed = uuid.UUID(value)
+    assert parsed.version == 7
+    assert parsed.variant == uuid.RFC_4122
+    assert parsed.int >> 80 == ms
+    assert is_lowercase_uuid(value)
+
+
+@given(
+    st.tuples(st.integers(0, (1 << 48) - 1), st.integers(0, (1 << 74) - 1)),
+    st.tuples(st.integers(0, (1 << 48) - 1), st.integers(0, (1 << 74) - 1)),
+)
+def test_uuid7_string_order_is_time_then_tail_order(a: tuple[int, int], b: tuple[int, int]) -> None:
+    assert (uuid7_at(*a) < uuid7_at(*b)) == (a < b)
+
+
+def test_uuid7_at_refuses_out_of_range() -> None:
+    with pytest.raises(XError) as info:
+        uuid7_at(1 << 48, 0)
+    assert info.value.code == "X_INVARIANT"
+    assert str(1 << 48) in info.value.message
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "0190B5A2-7C1E-7A3B-8C4D-0123456789AB",
+        "0190b5a27c1e7a3b8c4d0123456789ab",
+        "{0190b5a2-7c1e-7a3b-8c4d-0123456789ab}",
+        " 0190b5a2-7c1e-7a3b-8c4d-0123456789ab",
+        "",
+        None,
+        42,
+        uuid.UUID(int=1),
+    ],
+)
+def test_require_lowercase_uuid_refuses_naming_the_field(bad: object) -> None:
+    assert not is_lowercase_uuid(bad)
+    with pytest.raises(XError) as info:
+        require_lowercase_uuid(bad, name="org_id")
+    assert info.value.code == "X_ID_INVALID"
+    assert "org_id" in info.value.message
+    assert repr(bad) in info.value.message
+
+
+def test_require_lowercase_uuid_accepts_canonical() -> None:
+    value = "0190b5a2-7c1e-7a3b-8c4d-0123456789ab"
+    assert require_lowercase_uuid(value, name="id") == value
+
+
+@given(st.uuids())
+def test_any_uuid_str_is_canonical(u: uuid.UUID) -> None:
+    assert is_lowercase_uuid(str(u))
+    assert not is_lowercase_uuid(str(u).upper()) or str(u) == str(u).upper()
