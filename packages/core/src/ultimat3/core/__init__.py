@@ -9,6 +9,7 @@ from ._adapters import (
     swap_adapter,
     uninstall_adapter,
 )
+from ._backoff import BackoffCurve, JitterMode, backoff_delay
 from ._clock import (
     Clock,
     FrozenClock,
@@ -41,6 +42,8 @@ from ._errors import (
     retry_classification,
 )
 from ._ids import is_lowercase_uuid, new_id, require_lowercase_uuid, uuid7_at
+from ._jsonform import JsonValue, dumps_json, loads_json, to_json_form
+from ._money import CURRENCY_SCALES, Money
 from ._signal import (
     AbortController,
     DeadlineSignal,
@@ -53,26 +56,57 @@ from ._signal import (
     throw_if_aborted,
     use_signal,
 )
+from ._telemetry import (
+    EVENT_LEVELS,
+    LOGGER_NAME,
+    capture_log_events,
+    log_event,
+    meter,
+    tracer,
+)
+from ._webhook_signature import (
+    DEFAULT_WEBHOOK_TOLERANCE_SECONDS,
+    WEBHOOK_ID_HEADER,
+    WEBHOOK_SIGNATURE_HEADER,
+    WEBHOOK_TOPIC_HEADER,
+    VerifiedWebhook,
+    sign_webhook,
+    verify_webhook_signature,
+)
 
 __all__ = [
     "CODES",
     "CROSS_TENANT_PERMISSION",
+    "CURRENCY_SCALES",
+    "DEFAULT_WEBHOOK_TOLERANCE_SECONDS",
+    "EVENT_LEVELS",
+    "LOGGER_NAME",
     "MAX_DURATION_MS",
     "SYSTEM_ACTOR",
+    "WEBHOOK_ID_HEADER",
+    "WEBHOOK_SIGNATURE_HEADER",
+    "WEBHOOK_TOPIC_HEADER",
     "AbortController",
     "Actor",
+    "BackoffCurve",
     "Clock",
     "CodeInfo",
     "DeadlineSignal",
     "Duration",
     "FrozenClock",
+    "JitterMode",
+    "JsonValue",
+    "Money",
     "Port",
     "RetryClass",
     "Signal",
     "SystemClock",
+    "VerifiedWebhook",
     "XError",
     "adapter",
     "any_signal",
+    "backoff_delay",
+    "capture_log_events",
     "cross_tenant",
     "cross_tenant_reason",
     "current_actor",
@@ -81,12 +115,16 @@ __all__ = [
     "current_signal",
     "current_tenant",
     "deadline_signal",
+    "dumps_json",
     "format_duration",
     "from_epoch_ms",
     "install_adapter",
     "install_clock",
     "installed_adapter",
     "is_lowercase_uuid",
+    "loads_json",
+    "log_event",
+    "meter",
     "never_signal",
     "new_id",
     "parse_duration",
@@ -95,9 +133,12 @@ __all__ = [
     "reset_error_retry",
     "retry_classification",
     "run_to_completion",
+    "sign_webhook",
     "swap_adapter",
     "throw_if_aborted",
     "to_epoch_ms",
+    "to_json_form",
+    "tracer",
     "uninstall_adapter",
     "use_actor",
     "use_clock",
@@ -105,4 +146,5 @@ __all__ = [
     "use_signal",
     "use_tenant",
     "uuid7_at",
+    "verify_webhook_signature",
 ]

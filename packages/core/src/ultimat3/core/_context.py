@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, overload
 
 from ._ambient import Binding
 from ._errors import XError
@@ -74,7 +74,11 @@ def cross_tenant_reason() -> str | None:
     return _cross_var.get()
 
 
-async def cross_tenant(reason: str, fn: Callable[[], Awaitable[T]] | Callable[[], T]) -> T:
+@overload
+async def cross_tenant(reason: str, fn: Callable[[], Awaitable[T]]) -> T: ...
+@overload
+async def cross_tenant(reason: str, fn: Callable[[], T]) -> T: ...
+async def cross_tenant(reason: str, fn: Any) -> Any:
     """Run ``fn`` with the ambient tenant check lifted; needs an actor holding tenancy:cross."""
     if not isinstance(reason, str) or not reason.strip():
         raise XError(
@@ -95,4 +99,4 @@ async def cross_tenant(reason: str, fn: Callable[[], Awaitable[T]] | Callable[[]
         result: Any = fn()
         if inspect.isawaitable(result):
             result = await result
-        return cast(T, result)
+        return result

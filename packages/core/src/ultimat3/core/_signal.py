@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, overload
 
 from ._ambient import Binding
 from ._durations import format_duration, parse_duration
@@ -228,17 +228,21 @@ def throw_if_aborted(ctx_or_signal: object = None) -> None:
         signal.throw_if_aborted()
 
 
-async def run_to_completion(
-    fn: Callable[[], Awaitable[T]] | Callable[[], T] | Awaitable[T],
-) -> T:
+@overload
+async def run_to_completion(fn: Callable[[], Awaitable[T]]) -> T: ...
+@overload
+async def run_to_completion(fn: Awaitable[T]) -> T: ...
+@overload
+async def run_to_completion(fn: Callable[[], T]) -> T: ...
+async def run_to_completion(fn: Any) -> Any:
     """Run ``fn`` to its end with no ambient signal, shielded from task cancellation."""
 
-    async def inner() -> T:
+    async def inner() -> Any:
         with use_signal(None):
             result: Any = fn if inspect.isawaitable(fn) else fn()
             if inspect.isawaitable(result):
                 result = await result
-            return cast(T, result)
+            return result
 
     task = asyncio.ensure_future(inner())
     try:

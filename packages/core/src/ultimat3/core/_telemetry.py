@@ -1,0 +1,88 @@
+"""Telemetry: the OpenTelemetry tracer and meter, and structured log events."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from ._errors import XError
+
+LOGGER_NAME = "ultimat3"
+_logger = logging.getLogger(LOGGER_NAME)
+
+EVENT_LEVELS = MappingProxyType(
+    {
+        "jobs.lease.lost": "error",
+        "jobs.heartbeat.failed": "warning",
+        "jobs.timeout.abandoned": "warning",
+        "jobs.settle.unowned": "warning",
+        "jobs.claim.exhausted": "warning",
+        "jobs.wake.live": "info",
+        "jobs.wake.unverified": "warning",
+        "jobs.outbox.publish-failed": "error",
+        "jobs.on-settled.failed": "error",
+        "jobs.driver.unavailable": "warning",
+    }
+)
+"""The default level of each known event; an unknown event logs at ``info``."""
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+_captures: list[list[dict[str, Any]]] = []
+_captures_lock = threading.Lock()
+
+
+def tracer() -> trace.Tracer:
+    """The ``ultimat3`` tracer (a no-op until the app installs an SDK)."""
+    return trace.get_tracer(LOGGER_NAME)
+
+
+def meter() -> metrics.Meter:
+    """The ``ultimat3`` meter (a no-op until the app installs an SDK)."""
+    return metrics.get_meter(LOGGER_NAME)
+
+
+def log_event(name: str, *, level: str | None = None, **fields: Any) -> None:
+    """Log the structured event ``name`` with ``fields`` on the ``ultimat3`` logger."""
+    chosen = level if level is not None else EVENT_LEVELS.get(name, "info")
+    levelno = _LEVELS.get(chosen)
+    if levelno is None:
+        raise XError(
+            "X_INVARIANT",
+            f"log_event {name!r}: unknown level {chosen!r}",
+            fix="use level='debug', 'info', 'warning', 'error' or 'critical'",
+        )
+    with _captures_lock:
+        captures = list(_captures)
+    for capture in captures:
+        capture.append({"event": name, "level": chosen, **fields})
+    if _logger.isEnabledFor(levelno):
+        text = " ".join([name, *(f"{k}={v}" for k, v in fields.items())])
+        _logger.log(levelno, "%s", text, extra={"event": name, "x_fields": dict(fields)})
+
+
+@contextmanager
+def capture_log_events() -> Iterator[list[dict[str, Any]]]:
+    """Collect ``{'event', 'level', **fields}`` for every ``log_event`` in the block."""
+    captured: list[dict[str, Any]] = []
+    with _captures_lock:
+        _captures.append(captured)
+    try:
+        yield captured
+    finally:
+        with _captures_lock:
+            for i, capture in enumerate(_captures):
+                if capture is captured:
+                    del _captures[i]
+                    break
