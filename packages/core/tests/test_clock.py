@@ -98,3 +98,11 @@ def test_install_clock_sets_the_process_default() -> None:
     finally:
         install_clock(None)
     assert isinstance(current_clock(), SystemClock)
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, None])
+def test_set_refuses_what_is_not_a_time(bad: object) -> None:
+    with pytest.raises(XError) as info:
+        FrozenClock().set(bad)  # type: ignore[arg-type]
+    assert info.value.code == "X_INVARIANT"
+    assert repr(bad) in info.value.message
