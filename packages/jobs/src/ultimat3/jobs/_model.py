@@ -42,6 +42,18 @@ MAX_ENQUEUE_BATCH: Final = 10_000
 MAX_TASK_FIRES: Final = 1000
 ENQUEUE_CHUNK: Final = 1000
 """One round trip (statement / script) per this many inputs in ``enqueue_many``."""
+COUNTER_TIERS: Final[tuple[tuple[int, int], ...]] = (
+    (60_000, 86_400_000),
+    (300_000, 7 * 86_400_000),
+    (3_600_000, 30 * 86_400_000),
+)
+"""``(bucket_ms, kept_ms)`` per tier of the settle counters: 1-minute buckets kept 24 h, 5-minute
+buckets kept 7 d, 1-hour buckets kept 30 d. A read uses the finest tier still covering its
+``since_ms``."""
+DONE_RETENTION_MS: Final = 14 * 86_400_000
+"""How long a ``done`` row is kept before the purge deletes it."""
+DEAD_RETENTION_MS: Final = 90 * 86_400_000
+"""How long a ``dead`` / ``failed`` / ``cancelled`` row is kept before the purge deletes it."""
 
 
 @dataclass(frozen=True, slots=True)

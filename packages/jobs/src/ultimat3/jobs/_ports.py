@@ -8,6 +8,7 @@ only while that claim still holds the row, and answers whether it landed.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -159,21 +160,58 @@ class JobIntrospection(Protocol):
 
     async def resume_queue(self, queue: str) -> None: ...
 
-    async def paused_queues(self) -> list[str]: ...
+    async def paused_queues(self) -> builtins.list[str]: ...
 
     async def pause_task(self, task: str) -> None: ...
 
     async def resume_task(self, task: str) -> None: ...
 
-    async def paused_tasks(self) -> list[str]: ...
+    async def paused_tasks(self) -> builtins.list[str]: ...
 
-    async def task_fires(self) -> list[TaskFire]: ...
+    async def task_fires(self) -> builtins.list[TaskFire]: ...
 
-    async def workers(self) -> list[WorkerRow]: ...
+    async def workers(self) -> builtins.list[WorkerRow]: ...
 
-    async def counters(self, *, job: str | None = None, since_ms: int) -> list[CounterRow]: ...
+    async def counters(
+        self, *, job: str | None = None, since_ms: int
+    ) -> builtins.list[CounterRow]: ...
 
     async def counter_totals(self, since_ms: int) -> CounterTotals: ...
+
+
+@runtime_checkable
+class WorkerRegistry(Protocol):
+    """Optional driver members behind ``introspect.workers()``: a worker registers at start,
+    heartbeats while it runs and deregisters at stop. A row expires one visibility timeout after
+    its last heartbeat, so a killed worker leaves by expiry."""
+
+    async def register_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        queues: Sequence[str],
+        slots: int | None,
+        visibility_timeout_ms: int,
+    ) -> WorkerRow: ...
+
+    async def worker_heartbeat(self, worker_id: str, *, in_flight: Sequence[str]) -> bool:
+        """Renew the row and record the job ids in flight; ``False`` for a worker the driver does
+        not know (never registered, deregistered or purged): register again."""
+        ...
+
+    async def deregister_worker(self, worker_id: str) -> bool: ...
+
+
+@runtime_checkable
+class TaskFireRecorder(Protocol):
+    """Optional driver member behind ``introspect.task_fires()``: the scheduler records the
+    occurrence that queued a task's jobs."""
+
+    async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
+        """Record ``occurrence_ms`` as the task's last fire; ``False`` (nothing changed) when it is
+        not later than the one already recorded, so a task never fires one occurrence twice."""
+        ...
 
 
 @runtime_checkable
