@@ -1,3 +1,78 @@
-"""ultimat3.jobs."""
+"""ultimat3.jobs: durable background jobs and workflows.
 
-__all__: list[str] = []
+``job()`` declares a job; its handle enqueues (through the one ambient facade), ``job_worker()``
+runs it (through ``execute_job``, the one execution path), and ``step.run`` / ``step.sleep`` /
+``step.wait_for_event`` make it durable. Drivers and ports live in ``ultimat3.jobs.adapter``; the
+test harness in ``ultimat3.jobs.testing``.
+
+Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
+``from ultimat3.jobs import webhook`` through the lazy module ``__getattr__`` below, so
+``import ultimat3.jobs`` loads none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._context import JobContext, JobLog
+from ._cursor import job_cursor
+from ._declare import Concurrency, Job, Retry, job
+from ._events import MemoryEventBus, memory_event_bus, publish_event
+from ._execute import ExecutionSettings, RunOutcome, execute_job
+from ._lock import LockGrant, hold_lock, with_lock
+from ._model import (
+    ENQUEUE_CHUNK,
+    MAX_BULK_ROWS,
+    MAX_ENQUEUE_BATCH,
+    MAX_JOB_PAGE,
+    MAX_TASK_FIRES,
+    EnqueueResult,
+)
+from ._relay import outbox_relay
+from ._steps import Step
+from ._worker import JobWorker, WorkerStats, job_worker
+
+# name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
+_FACTORIES: dict[str, str] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a factory on first use: ``from ultimat3.jobs import webhook``."""
+    module = _FACTORIES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ultimat3.jobs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ultimat3.jobs.factories.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "ENQUEUE_CHUNK",
+    "MAX_BULK_ROWS",
+    "MAX_ENQUEUE_BATCH",
+    "MAX_JOB_PAGE",
+    "MAX_TASK_FIRES",
+    "Concurrency",
+    "EnqueueResult",
+    "ExecutionSettings",
+    "Job",
+    "JobContext",
+    "JobLog",
+    "JobWorker",
+    "LockGrant",
+    "MemoryEventBus",
+    "Retry",
+    "RunOutcome",
+    "Step",
+    "WorkerStats",
+    "execute_job",
+    "hold_lock",
+    "job",
+    "job_cursor",
+    "job_worker",
+    "memory_event_bus",
+    "outbox_relay",
+    "publish_event",
+    "with_lock",
+]
