@@ -1,0 +1,149 @@
+"""``main(argv)``: parse, resolve the driver once, run one command, print, answer an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NoReturn, TextIO
+
+from ultimat3.core import XError
+from ultimat3.jobs._ports import JobDriver
+
+from . import _db, _jobs, _worker
+from ._driver import DRIVER_KINDS, DriverSource, choose_driver
+from ._invocation import Handler, Invocation
+from ._output import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit, emit_error, usage_error
+
+PROG = "x"
+
+
+class UsageError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except a bad command line raises instead of exiting, so ``main`` can answer it
+    as JSON under ``--json`` and return 2 instead of ending the caller's process."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self, message)
+
+
+def _common() -> argparse.ArgumentParser:
+    """The flags every command takes. Defaults are SUPPRESSed, so ``x --json jobs list`` and
+    ``x jobs list --json`` both work and a subcommand never resets what the root parsed."""
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="machine-readable output on stdout; errors as JSON on stderr",
+    )
+    common.add_argument(
+        "--database-url",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="the Postgres database (default: $DATABASE_URL)",
+    )
+    common.add_argument(
+        "--driver",
+        choices=DRIVER_KINDS,
+        default=argparse.SUPPRESS,
+        help="which driver to talk to (default: postgres)",
+    )
+    common.add_argument(
+        "--redis-url",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="with --driver redis (default: $REDIS_URL)",
+    )
+    common.add_argument(
+        "--schema",
+        default=argparse.SUPPRESS,
+        help="the Postgres schema holding the jobs tables",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = _Parser(
+        prog=PROG,
+        description="Operate ultimat3 jobs: inspect and change the queue, migrate the schema, "
+        "run a worker. Every command takes --json.",
+        parents=[common],
+    )
+    root = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    _jobs.register(root, common)
+    _db.register(root, common)
+    _worker.register(root, common)
+    return parser
+
+
+async def main_async(
+    argv: Sequence[str] | None = None,
+    *,
+    driver: JobDriver | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """:func:`main` inside a running event loop."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    out = sys.stdout if stdout is None else stdout
+    err = sys.stderr if stderr is None else stderr
+    environ = dict(os.environ) if env is None else dict(env)
+    wants_json = "--json" in args_in
+    try:
+        args = build_parser().parse_args(args_in)
+    except UsageError as exc:
+        if wants_json:
+            emit_error(usage_error(exc.parser.prog, exc.message), as_json=True, err=err)
+        else:
+            exc.parser.print_usage(err)
+            err.write(f"{exc.parser.prog}: error: {exc.message}\n")
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    as_json = bool(getattr(args, "json", False))
+    handler: Handler = args.handler
+    try:
+        source = DriverSource(
+            given=driver,
+            choice=choose_driver(
+                kind=getattr(args, "driver", None),
+                database_url=getattr(args, "database_url", None),
+                redis_url=getattr(args, "redis_url", None),
+                schema=getattr(args, "schema", None),
+                env=environ,
+            ),
+        )
+        invocation = Invocation(args, environ, as_json, out, err, source)
+        try:
+            answer = await handler(invocation)
+        finally:
+            await source.close()
+    except XError as exc:
+        emit_error(exc, as_json=as_json, err=err)
+        return EXIT_ERROR
+    emit(answer, as_json=as_json, out=out)
+    return EXIT_OK
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    driver: JobDriver | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """The ``x`` command. ``argv`` defaults to ``sys.argv[1:]``; ``driver`` (tests, embedding)
+    is used instead of resolving one from ``--database-url`` / ``DATABASE_URL``; ``env``
+    (default: ``os.environ``, read once here) is where ``DATABASE_URL`` and ``REDIS_URL`` come
+    from. Answers the exit code: 0 done, 1 refused (``X_`` code on stderr), 2 bad usage."""
+    return asyncio.run(main_async(argv, driver=driver, env=env))

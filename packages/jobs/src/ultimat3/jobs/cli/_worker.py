@@ -1,0 +1,199 @@
+"""``x worker --app module:attribute``: run the app's jobs until SIGTERM or SIGINT.
+
+The attribute is a list of jobs. The worker (``ultimat3.jobs.job_worker``) is imported when the
+command runs, never at import time, and resolves the driver through the ``JOB_DRIVER`` port, so
+the command installs the driver it resolved there for the worker's life. SIGTERM and SIGINT both
+start the worker's drain (held jobs hear ``X_DRAINING``); the command exits once it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, Final
+
+from ultimat3.core import XError, swap_adapter
+from ultimat3.jobs._model import to_json_dict
+from ultimat3.jobs.adapter import JOB_DRIVER
+
+from ._driver import load_callable, maybe_await
+from ._invocation import Commands, Invocation
+from ._output import Answer
+
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_APP_FIX: Final = "pass --app myapp.jobs:JOBS, where JOBS = [onboard_org, send_digest]"
+
+
+def register(root: Commands, common: argparse.ArgumentParser) -> None:
+    summary = "run the app's jobs until SIGTERM or SIGINT, then drain"
+    p = root.add_parser("worker", help=summary, description=summary, parents=[common])
+    p.set_defaults(handler=cmd_worker)
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTRIBUTE",
+        help="where the app's list of jobs is, e.g. myapp.jobs:JOBS",
+    )
+    p.add_argument(
+        "--queues",
+        metavar="A,B",
+        help="serve only these queues (default: every queue the jobs declare)",
+    )
+    p.add_argument(
+        "--max-in-flight",
+        type=int,
+        metavar="N",
+        help="at most N runs at once in this process (default: no process cap)",
+    )
+
+
+def load_jobs(spec: str) -> list[Any]:
+    """The list of jobs at ``module:attribute`` (the attribute may be dotted)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise XError("X_CONFIG_INVALID", f"--app {spec!r} is not module:attribute", fix=_APP_FIX)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)  # as `python -m` would: the app's own package is importable
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (
+            module_name == exc.name or module_name.startswith(exc.name + ".")
+        ):
+            raise  # the app's module imports something missing: its own traceback says what
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"--app {spec!r}: there is no module named {module_name!r} (from {cwd})",
+            fix="run x worker from the app's root, or install the app into this environment",
+        ) from exc
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"--app {spec!r}: module {module_name!r} has no attribute {attr!r}",
+                fix=_APP_FIX,
+            )
+        found = getattr(found, part)
+    if not isinstance(found, list | tuple):
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"--app {spec!r} is a {type(found).__name__}, not a list of jobs",
+            fix=_APP_FIX,
+        )
+    if not found:
+        raise XError(
+            "X_CONFIG_INVALID", f"--app {spec!r} is an empty list: no job to run", fix=_APP_FIX
+        )
+    return list(found)
+
+
+def parse_queues(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    queues = [q.strip() for q in text.split(",")]
+    if not all(queues):
+        raise XError(
+            "X_INVARIANT",
+            f"--queues {text!r} names an empty queue",
+            fix="--queues default,emails (comma-separated, no empty names)",
+        )
+    return queues
+
+
+async def serve(
+    worker: Any,
+    *,
+    progress: Callable[[str], None],
+    signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
+) -> str:
+    """Start ``worker``, wait for one of ``signals``, drain it; answers the signal's name.
+    ``start()`` may return at once (the worker runs in the background) or run until the drain
+    ends it; both are served. A refusal at start raises before any signal is awaited."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if received:
+            progress(f"x worker: {sig.name} again: already draining, waiting for held jobs")
+        received.append(sig.name)
+        stop.set()
+
+    installed: list[signal.Signals] = []
+    for sig in signals:
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
+            continue
+        installed.append(sig)
+    starting = asyncio.ensure_future(maybe_await(worker.start()))
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait({starting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if starting in done:
+            starting.result()  # a refusal at start raises here, before any drain
+            if not received:
+                progress("x worker: running; SIGTERM or Ctrl-C drains and stops it")
+            await waiting
+        progress(f"x worker: {received[0]} received: draining")
+        await maybe_await(worker.drain())
+        if not starting.done():
+            await starting
+        return received[0]
+    finally:
+        for task in (starting, waiting):
+            if not task.done():
+                task.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def cmd_worker(inv: Invocation) -> Answer:
+    a = inv.args
+    jobs = load_jobs(a.app)
+    queues = parse_queues(a.queues)
+    job_worker = load_callable(
+        "ultimat3.jobs",
+        "job_worker",
+        what="the worker (ultimat3.jobs.job_worker)",
+        fix="pip install -U ultimat3-jobs",
+    )
+    driver = await inv.driver()
+    kwargs: dict[str, Any] = {"jobs": jobs}
+    if queues is not None:
+        kwargs["queues"] = queues
+    if a.max_in_flight is not None:
+        kwargs["max_in_flight"] = a.max_in_flight
+    if "driver" in _parameters(job_worker):
+        kwargs["driver"] = driver
+    with swap_adapter(JOB_DRIVER, driver):
+        worker = job_worker(**kwargs)
+        inv.progress(
+            f"x worker: {len(jobs)} job(s) from {a.app} on the {driver.name} driver, "
+            f"queues {', '.join(queues) if queues else '(every declared queue)'}"
+        )
+        received = await serve(worker, progress=inv.progress)
+        stats_fn = getattr(worker, "stats", None)
+        stats = None if stats_fn is None else await maybe_await(stats_fn())
+    data = {
+        "app": a.app,
+        "queues": queues,
+        "max_in_flight": a.max_in_flight,
+        "signal": received,
+        "stats": to_json_dict(stats),
+    }
+    return Answer(data, f"x worker: stopped after {received}")
+
+
+def _parameters(fn: Any) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
