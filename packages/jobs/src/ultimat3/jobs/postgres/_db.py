@@ -1,0 +1,198 @@
+"""The connection side of the driver: the pool (owned or the caller's), the compiled statements,
+and the one place psycopg errors become ``XError``s.
+
+Every statement runs on a pool connection in autocommit (one statement, one commit), unless the
+caller hands in its own connection, in which case it runs there, inside the caller's transaction,
+and commits or rolls back with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool
+from ultimat3.core import XError
+
+from ._sql import check_schema_name, compile_queries
+
+Conn: TypeAlias = psycopg.AsyncConnection[Any]
+Pool: TypeAlias = AsyncConnectionPool[Any]
+Row: TypeAlias = tuple[Any, ...]
+Params: TypeAlias = Mapping[str, Any]
+
+_FIX_UNAVAILABLE = (
+    "check that Postgres is up and DATABASE_URL points at it; the call is safe to retry"
+)
+
+
+@contextmanager
+def wrap_errors(what: str) -> Iterator[None]:
+    """Turn psycopg's failures into ``XError``s that keep the cause.
+
+    A lost, refused or timed-out connection (or a closed pool) is ``X_DRIVER_UNAVAILABLE``;
+    a value Postgres refuses to store (NUL bytes, an out-of-range time, a key too long to index)
+    is ``X_INVARIANT`` naming the operation."""
+    try:
+        yield
+    except XError:
+        raise
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise XError(
+            "X_DRIVER_UNAVAILABLE",
+            f"postgres job driver: {what} failed: {_first_line(exc)}",
+            fix=_FIX_UNAVAILABLE,
+            meta={"operation": what, "sqlstate": getattr(exc, "sqlstate", None)},
+        ) from exc
+    except (psycopg.DataError, pg_errors.ProgramLimitExceeded) as exc:
+        raise XError(
+            "X_INVARIANT",
+            f"postgres job driver: {what}: Postgres refused a value: {_first_line(exc)}",
+            fix="check the names, keys and JSON values passed to this call",
+            meta={"operation": what, "sqlstate": getattr(exc, "sqlstate", None)},
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def is_psycopg_async_connection(connection: object) -> bool:
+    return isinstance(connection, psycopg.AsyncConnection)
+
+
+class Database:
+    """A pool of connections to one database, plus the statements compiled for one schema."""
+
+    def __init__(
+        self,
+        source: str | Pool,
+        *,
+        schema: str,
+        min_size: int,
+        max_size: int,
+        timeout_s: float,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.q = compile_queries(self.schema)
+        self._dsn: str | None = None
+        self._pool: Pool | None = None
+        self._owned = isinstance(source, str)
+        if isinstance(source, str):
+            if not source:
+                raise XError(
+                    "X_CONFIG_INVALID",
+                    "postgres_job_driver: the DSN is empty",
+                    fix="pass DATABASE_URL, e.g. postgresql://user@host:5432/db, or a pool",
+                )
+            self._dsn = source
+        elif isinstance(source, AsyncConnectionPool):
+            self._pool = source
+        else:
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"postgres_job_driver: {type(source).__name__} is neither a DSN nor a "
+                "psycopg_pool.AsyncConnectionPool",
+                fix="pass DATABASE_URL (a str) or an AsyncConnectionPool you opened",
+            )
+        if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
+            raise XError("X_CONFIG_INVALID", f"postgres_job_driver: min_size {min_size!r}")
+        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
+            raise XError("X_CONFIG_INVALID", f"postgres_job_driver: max_size {max_size!r}")
+        self._min_size = min(min_size, max_size)
+        self._max_size = max_size
+        self._timeout_s = timeout_s
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def owns_pool(self) -> bool:
+        return self._owned
+
+    async def open(self) -> Pool:
+        """The pool, opened on first use when the driver owns it."""
+        if self._pool is not None:
+            return self._pool
+        if self._closed:
+            raise XError(
+                "X_DRIVER_UNAVAILABLE",
+                "postgres job driver: the driver was closed",
+                fix="build a new driver with postgres_job_driver(...)",
+            )
+        async with self._lock:
+            if self._pool is not None:
+                return self._pool
+            assert self._dsn is not None
+            kwargs: dict[str, Any] = {"autocommit": True}
+            if "connect_timeout" not in conninfo_to_dict(self._dsn):
+                kwargs["connect_timeout"] = max(1, int(self._timeout_s))
+            created: Pool = AsyncConnectionPool(
+                self._dsn,
+                kwargs=kwargs,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                open=False,
+                timeout=self._timeout_s,
+                name="ultimat3.jobs",
+            )
+            try:
+                with wrap_errors("opening the connection pool"):
+                    await created.open(wait=self._min_size > 0, timeout=self._timeout_s)
+            except BaseException:
+                await created.close()
+                raise
+            self._pool = created
+            return created
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._owned and self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    @asynccontextmanager
+    async def connection(self, given: Conn | None = None) -> AsyncIterator[Conn]:
+        """``given`` as it is (the caller's transaction), else a pool connection."""
+        if given is not None:
+            yield given
+            return
+        pool = await self.open()
+        async with pool.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def transaction(self, what: str) -> AsyncIterator[Conn]:
+        """A pool connection inside one transaction (for the multi-statement operator calls)."""
+        with wrap_errors(what):
+            async with self.connection() as conn, conn.transaction():
+                yield conn
+
+    async def fetchall(
+        self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
+    ) -> list[Row]:
+        with wrap_errors(what or name):
+            async with self.connection(conn) as c:
+                cur = await c.execute(self.q[name], params)
+                return await cur.fetchall()
+
+    async def fetchone(
+        self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
+    ) -> Row | None:
+        with wrap_errors(what or name):
+            async with self.connection(conn) as c:
+                cur = await c.execute(self.q[name], params)
+                return await cur.fetchone()
+
+    async def rowcount(
+        self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
+    ) -> int:
+        with wrap_errors(what or name):
+            async with self.connection(conn) as c:
+                cur = await c.execute(self.q[name], params)
+                return cur.rowcount

@@ -1,0 +1,141 @@
+"""The driver's SQL: named blocks of ``sql/queries.sql``, compiled once per schema.
+
+Every table name is a ``psycopg.sql.Identifier`` qualified by the schema, so a hostile schema name
+is quoted, never spliced; literals (the notify channel, the counter tiers) are
+``psycopg.sql.Literal``. The compiled text is constant per driver, so psycopg prepares it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from functools import cache
+from importlib import resources
+from types import MappingProxyType
+from typing import Final
+
+from psycopg import sql
+from ultimat3.core import XError
+
+from .._model import COUNTER_TIERS
+
+TABLES: Final[tuple[str, ...]] = (
+    "x_schema_migrations",
+    "x_jobs",
+    "x_job_steps",
+    "x_job_leases",
+    "x_job_counters",
+    "x_outbox",
+    "x_events",
+    "x_backfills",
+    "x_task_fires",
+    "x_workers",
+    "x_paused_queues",
+    "x_paused_tasks",
+)
+"""Every table the driver owns, as named in ``sql/schema.sql``."""
+
+MAX_IDENTIFIER_BYTES: Final = 63
+_NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+def sql_text(name: str) -> str:
+    """A file of the ``sql`` folder (``schema.sql``, ``queries.sql``) as text."""
+    return resources.files(__package__).joinpath("sql", name).read_text(encoding="utf-8")
+
+
+def migration_files() -> list[tuple[int, str, str]]:
+    """``(version, file name, text)`` of every ``sql/migrations/NNNN_name.sql``, in order."""
+    folder = resources.files(__package__).joinpath("sql", "migrations")
+    out: list[tuple[int, str, str]] = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)
+        if match:
+            out.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    out.sort()
+    return out
+
+
+@cache
+def blocks() -> MappingProxyType[str, str]:
+    """The named blocks of ``queries.sql``, each without its leading comment lines."""
+    text = sql_text("queries.sql")
+    found: dict[str, str] = {}
+    marks = list(_NAME.finditer(text))
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        lines = text[mark.end() : end].strip("\n").splitlines()
+        while lines and lines[0].lstrip().startswith("--"):
+            lines.pop(0)
+        found[mark.group(1)] = "\n".join(lines).strip()
+    return MappingProxyType(found)
+
+
+def check_schema_name(schema: str) -> str:
+    """``schema`` if Postgres can name a schema so; else ``X_CONFIG_INVALID``."""
+    if not isinstance(schema, str) or not schema:
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"postgres job driver: schema {schema!r} is not a schema name",
+            fix="pass schema='jobs' (or leave it unset for 'public')",
+        )
+    if "\x00" in schema or len(schema.encode()) > MAX_IDENTIFIER_BYTES:
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"postgres job driver: schema {schema[:80]!r} is longer than "
+            f"{MAX_IDENTIFIER_BYTES} bytes or holds a NUL character",
+            fix="pick a schema name of at most 63 bytes",
+        )
+    return schema
+
+
+def wake_channel(schema: str) -> str:
+    """The LISTEN / NOTIFY channel of a schema's queue: ``x_jobs`` for ``public``, else
+    ``x_jobs.<schema>`` (hashed when that would pass 63 bytes). The payload is a queue name."""
+    if schema == "public":
+        return "x_jobs"
+    channel = f"x_jobs.{schema}"
+    if len(channel.encode()) <= MAX_IDENTIFIER_BYTES:
+        return channel
+    return "x_jobs." + hashlib.sha256(schema.encode()).hexdigest()[:32]
+
+
+def _lease_lost_error() -> str:
+    base = XError("X_JOB_LEASE_LOST", "the lease lapsed on the final attempt").to_dict()
+    return json.dumps(base, separators=(",", ":"))
+
+
+def _int_array(values: tuple[int, ...]) -> sql.Composable:
+    return sql.Literal("{" + ",".join(str(v) for v in values) + "}")
+
+
+@cache
+def compile_queries(schema: str) -> MappingProxyType[str, str]:
+    """Every block of ``queries.sql`` rendered for ``schema``: fragments pasted in, tables as
+    quoted qualified identifiers, literals quoted."""
+    check_schema_name(schema)
+    fills: dict[str, sql.Composable] = {t: sql.Identifier(schema, t) for t in TABLES}
+    fills["schema"] = sql.Identifier(schema)
+    fills["lease_tokens"] = sql.Literal(
+        sql.Identifier(schema, "x_job_lease_tokens").as_string(None)
+    )
+    fills["channel"] = sql.Literal(wake_channel(schema))
+    fills["counter_bucket_ms"] = _int_array(tuple(b for b, _ in COUNTER_TIERS))
+    fills["counter_kept_ms"] = _int_array(tuple(k for _, k in COUNTER_TIERS))
+    fills["counter_tiers"] = sql.Literal(len(COUNTER_TIERS))
+    fills["lease_lost_error"] = sql.Literal(_lease_lost_error())
+    source = blocks()
+
+    def paste(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            name = match.group(1)
+            return paste(source[name]) if name in source else match.group(0)
+
+        return _PLACEHOLDER.sub(one, text)
+
+    out: dict[str, str] = {}
+    for name, text in source.items():
+        out[name] = sql.SQL(paste(text)).format(**fills).as_string(None)  # type: ignore[arg-type]
+    return MappingProxyType(out)

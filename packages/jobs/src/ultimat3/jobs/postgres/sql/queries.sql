@@ -1,0 +1,957 @@
+-- ultimat3.jobs: every statement the Postgres driver sends. SQL lives nowhere else.
+--
+-- Each block starts with `-- name: <name>`. Placeholders in braces are filled once per driver by
+-- _sql.py: `{x_jobs}` and the other tables become schema-qualified, quoted identifiers
+-- (psycopg.sql.Identifier, never spliced text); `{channel}`, `{lease_tokens}`,
+-- `{counter_bucket_ms}`, `{counter_kept_ms}`, `{counter_tiers}` and `{lease_lost_error}` become
+-- literals; a block named in braces (`{job_columns}`, `{count_settled}`) is pasted in as a
+-- fragment. Parameters are psycopg's `%(name)s`.
+--
+-- Times come from the database clock only: now() (the statement's transaction start; every
+-- driver statement runs in autocommit unless the caller's transaction is joined). Epoch
+-- milliseconds cross the wire as bigint: `to_timestamp(0) + ms * interval '1 millisecond'` in,
+-- `floor(extract(epoch FROM t) * 1000)::bigint` out.
+
+-- name: job_columns
+-- (fragment) a JobRow, in _rows.job_row's order, from `x_jobs AS j`.
+j.id::text, j.run_id::text, j.name, j.queue, j.state, j.attempts, j.max_attempts, j.run_at,
+j.created_at, j.updated_at, j.idempotency_key, j.payload, j.tenant_id, j.concurrency_key,
+j.last_error, j.progress, j.result, j.worker_id, j.lease_expires_at, j.finished_at
+
+-- name: count_settled
+-- (fragment) the counters move in the settling statement: upsert one bucket per tier for the
+-- rows of a CTE `settled(job, done, retried, failed, dead, duration_ms)`. The shard spreads
+-- concurrent settles of one job over rows; the ORDER BY keeps the lock order fixed.
+counted AS (
+    INSERT INTO {x_job_counters} AS c
+        (job, bucket_ms, bucket_start, shard, done, retried, failed, dead, duration_ms)
+    SELECT s.job,
+           t.bucket_ms,
+           date_bin(t.bucket_ms * interval '1 millisecond', now(), to_timestamp(0)),
+           mod(pg_backend_pid(), 8),
+           sum(s.done), sum(s.retried), sum(s.failed), sum(s.dead), sum(s.duration_ms)
+    FROM settled s
+    CROSS JOIN unnest({counter_bucket_ms}::integer[]) AS t (bucket_ms)
+    GROUP BY s.job, t.bucket_ms
+    ORDER BY s.job, t.bucket_ms
+    ON CONFLICT (job, bucket_ms, bucket_start, shard) DO UPDATE SET
+        done = c.done + excluded.done,
+        retried = c.retried + excluded.retried,
+        failed = c.failed + excluded.failed,
+        dead = c.dead + excluded.dead,
+        duration_ms = c.duration_ms + excluded.duration_ms
+)
+
+-- name: now_ms
+SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
+
+-- name: enqueue
+-- One job, one statement. ON CONFLICT DO NOTHING covers both the live key
+-- (x_jobs_name_tenant_idempotency_live_idx) and a republished id (x_jobs_pkey); when nothing
+-- was inserted the second branch reads the row that won back through the same two indexes.
+-- The notify is transactional: delivered at commit, never on a rollback.
+WITH input AS (
+    SELECT coalesce(
+        to_timestamp(0) + %(run_at_ms)s::bigint * interval '1 millisecond',
+        now() + greatest(coalesce(%(delay_ms)s::bigint, 0), 0) * interval '1 millisecond'
+    ) AS run_at
+),
+inserted AS (
+    INSERT INTO {x_jobs} (
+        id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
+        attempts, max_attempts, run_at, created_at, updated_at)
+    SELECT %(id)s::uuid, %(run_id)s::uuid, %(name)s, %(queue)s,
+           CASE WHEN input.run_at > now() THEN 'delayed' ELSE 'ready' END,
+           %(payload)s::jsonb, %(idempotency_key)s, %(tenant_id)s, %(concurrency_key)s,
+           0, %(max_attempts)s, input.run_at, now(), now()
+    FROM input
+    ON CONFLICT DO NOTHING
+    RETURNING id, run_id, queue, state
+),
+woken AS (
+    SELECT pg_notify({channel}, i.queue) FROM inserted i WHERE %(notify)s AND i.state = 'ready'
+)
+SELECT i.id::text, i.run_id::text, false, (SELECT count(*) FROM woken)
+FROM inserted i
+UNION ALL
+(
+    SELECT j.id::text, j.run_id::text, true, 0
+    FROM {x_jobs} j
+    WHERE NOT EXISTS (SELECT 1 FROM inserted)
+      AND (j.id = %(id)s::uuid
+           OR (j.name = %(name)s
+               AND coalesce(j.tenant_id, '') = coalesce(%(tenant_id)s, '')
+               AND j.idempotency_key = %(idempotency_key)s
+               AND j.state IN ('ready', 'delayed', 'running', 'suspended')))
+    ORDER BY j.id = %(id)s::uuid DESC
+    LIMIT 1
+)
+
+-- name: enqueue_many
+-- Up to ENQUEUE_CHUNK jobs in one statement: the inputs arrive as parallel arrays (already
+-- deduplicated by key and id in Python), one INSERT ... ON CONFLICT DO NOTHING, then one result
+-- per input in input order: inserted, or the row that won (same indexes as `enqueue`).
+WITH input AS (
+    SELECT i.*,
+           coalesce(
+               to_timestamp(0) + i.run_at_ms * interval '1 millisecond',
+               now() + greatest(coalesce(i.delay_ms, 0), 0) * interval '1 millisecond'
+           ) AS run_at
+    FROM unnest(
+        %(ids)s::uuid[], %(run_ids)s::uuid[], %(names)s::text[], %(queues)s::text[],
+        %(payloads)s::jsonb[], %(keys)s::text[], %(tenants)s::text[], %(concurrency_keys)s::text[],
+        %(max_attempts)s::integer[], %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[]
+    ) WITH ORDINALITY AS i (
+        id, run_id, name, queue, payload, idempotency_key, tenant_id, concurrency_key,
+        max_attempts, run_at_ms, delay_ms, ord)
+),
+inserted AS (
+    INSERT INTO {x_jobs} (
+        id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
+        attempts, max_attempts, run_at, created_at, updated_at)
+    SELECT i.id, i.run_id, i.name, i.queue,
+           CASE WHEN i.run_at > now() THEN 'delayed' ELSE 'ready' END,
+           i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
+           0, i.max_attempts, i.run_at, now(), now()
+    FROM input i
+    ORDER BY i.ord
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, state
+),
+woken AS (
+    SELECT pg_notify({channel}, q.queue)
+    FROM (SELECT DISTINCT i.queue FROM inserted i WHERE i.state = 'ready') q
+    WHERE %(notify)s
+)
+SELECT coalesce(ins.id, won.id)::text,
+       (CASE WHEN ins.id IS NOT NULL THEN i.run_id ELSE won.run_id END)::text,
+       ins.id IS NULL,
+       (SELECT count(*) FROM woken)
+FROM input i
+LEFT JOIN inserted ins ON ins.id = i.id
+LEFT JOIN LATERAL (
+    SELECT j.id, j.run_id
+    FROM {x_jobs} j
+    WHERE ins.id IS NULL
+      AND (j.id = i.id
+           OR (j.name = i.name
+               AND coalesce(j.tenant_id, '') = coalesce(i.tenant_id, '')
+               AND j.idempotency_key = i.idempotency_key
+               AND j.state IN ('ready', 'delayed', 'running', 'suspended')))
+    ORDER BY j.id = i.id DESC
+    LIMIT 1
+) won ON true
+ORDER BY i.ord
+
+-- name: claim
+-- Hand out at most %(limit)s due jobs. Served by x_jobs_claim_idx (one ordered range scan per
+-- unpaused queue, LATERAL) and x_jobs_lapsed_idx (running rows whose lease lapsed). Candidates
+-- are locked (FOR UPDATE SKIP LOCKED) and MATERIALIZED before any UPDATE reads them, so the
+-- statement can never hand out more than the limit; the UPDATEs address the locked ids through
+-- x_jobs_pkey. A lapsed row on its final attempt is buried here (dead, or failed for the
+-- no_dead_letter names) with X_JOB_LEASE_LOST, counted, and returned as kind 'buried'.
+WITH queues AS (
+    SELECT DISTINCT q.queue
+    FROM unnest(%(queues)s::text[]) AS q (queue)
+    WHERE NOT EXISTS (SELECT 1 FROM {x_paused_queues} p WHERE p.queue = q.queue)
+),
+due AS MATERIALIZED (
+    SELECT d.id, d.run_at
+    FROM queues
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at
+        FROM {x_jobs} j
+        WHERE j.queue = queues.queue
+          AND j.state IN ('ready', 'delayed', 'suspended')
+          AND j.run_at <= now()
+        ORDER BY j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) d
+),
+lapsed AS MATERIALIZED (
+    SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS exhausted, j.worker_id
+    FROM {x_jobs} j
+    WHERE j.state = 'running'
+      AND j.lease_expires_at <= now()
+      AND j.queue IN (SELECT queue FROM queues)
+    ORDER BY j.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+picked AS MATERIALIZED (
+    SELECT c.id
+    FROM (
+        SELECT id, run_at FROM due
+        UNION ALL
+        SELECT id, run_at FROM lapsed WHERE NOT exhausted
+    ) c
+    ORDER BY c.run_at, c.id
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'running',
+        attempts = j.attempts + 1,
+        worker_id = %(worker_id)s,
+        claim = gen_random_uuid(),
+        lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
+        wait_event = NULL,
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.run_id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.claim,
+              j.lease_expires_at, j.idempotency_key, j.tenant_id, j.concurrency_key,
+              j.created_at, j.run_at
+),
+buried AS (
+    UPDATE {x_jobs} AS j SET
+        state = CASE WHEN j.name = ANY (%(no_dead_letter)s::text[]) THEN 'failed' ELSE 'dead' END,
+        last_error = {lease_lost_error}::jsonb || jsonb_build_object(
+            'message',
+            'the lease lapsed on the final attempt (' || j.attempts || ' of ' || j.max_attempts
+            || '): worker ' || coalesce(j.worker_id, '(unknown)')
+            || ' stopped renewing it and no worker settled the run',
+            'meta', jsonb_build_object(
+                'attempts', j.attempts, 'max_attempts', j.max_attempts,
+                'worker_id', j.worker_id)),
+        finished_at = now(),
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        wait_event = NULL,
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM lapsed WHERE exhausted))
+    RETURNING j.id, j.name, j.queue, j.state, j.attempts, j.max_attempts, j.run_at,
+              (SELECT l.worker_id FROM lapsed l WHERE l.id = j.id) AS lapsed_worker
+),
+settled AS (
+    SELECT b.name AS job, 0 AS done, 0 AS retried, (b.state = 'failed')::integer AS failed,
+           (b.state = 'dead')::integer AS dead, 0::bigint AS duration_ms
+    FROM buried b
+),
+{count_settled}
+SELECT r.*
+FROM (
+    SELECT 'claimed' AS kind, c.id::text AS id, c.run_id::text AS run_id, c.name, c.queue,
+           c.payload, c.attempts, c.max_attempts, c.claim::text AS claim,
+           floor(extract(epoch FROM now()) * 1000)::bigint AS now_ms,
+           floor(extract(epoch FROM c.lease_expires_at) * 1000)::bigint AS lease_ms,
+           c.idempotency_key, c.tenant_id, c.concurrency_key,
+           floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
+           NULL::text AS state, NULL::text AS lapsed_worker, c.run_at
+    FROM claimed c
+    UNION ALL
+    SELECT 'buried', b.id::text, NULL, b.name, b.queue, NULL, b.attempts, b.max_attempts, NULL,
+           NULL, NULL, NULL, NULL, NULL, NULL, b.state, b.lapsed_worker, b.run_at
+    FROM buried b
+) r
+ORDER BY r.kind, r.run_at, r.id
+
+-- name: ack
+-- Fenced on (worker_id, claim) through x_jobs_pkey; the done counter moves in this statement.
+WITH settled_rows AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'done',
+        result = %(result)s::jsonb,
+        finished_at = now(),
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    WHERE j.id = %(id)s::uuid
+      AND j.state = 'running'
+      AND j.worker_id = %(worker_id)s
+      AND j.claim = %(claim)s::uuid
+    RETURNING j.name
+),
+settled AS (
+    SELECT r.name AS job, 1 AS done, 0 AS retried, 0 AS failed, 0 AS dead,
+           greatest(coalesce(%(duration_ms)s::bigint, 0), 0) AS duration_ms
+    FROM settled_rows r
+),
+{count_settled}
+SELECT count(*) FROM settled_rows
+
+-- name: ack_many
+-- A batch of acks of one worker in one statement (x_jobs_pkey per input); answers the ids
+-- that landed. The counters move once per job name for the whole batch.
+WITH input AS (
+    SELECT *
+    FROM unnest(%(ids)s::uuid[], %(claims)s::uuid[], %(results)s::jsonb[],
+                %(durations)s::bigint[]) AS i (id, claim, result, duration_ms)
+),
+settled_rows AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'done',
+        result = i.result,
+        finished_at = now(),
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    FROM input i
+    WHERE j.id = i.id
+      AND j.state = 'running'
+      AND j.worker_id = %(worker_id)s
+      AND j.claim = i.claim
+    RETURNING j.id, j.name, i.duration_ms
+),
+settled AS (
+    SELECT r.name AS job, 1 AS done, 0 AS retried, 0 AS failed, 0 AS dead,
+           greatest(coalesce(r.duration_ms, 0), 0) AS duration_ms
+    FROM settled_rows r
+),
+{count_settled}
+SELECT r.id::text FROM settled_rows r
+
+-- name: nack
+-- Fenced like ack. retry -> ready at run_at; dead / failed -> terminal; suspend -> suspended
+-- (attempt handed back, wait_event kept for wake_waiters); release -> ready (attempt handed
+-- back). retried / dead / failed move their counter in this statement.
+WITH settled_rows AS (
+    UPDATE {x_jobs} AS j SET
+        state = CASE %(outcome)s::text
+            WHEN 'retry' THEN 'ready'
+            WHEN 'release' THEN 'ready'
+            WHEN 'suspend' THEN 'suspended'
+            ELSE %(outcome)s::text END,
+        run_at = CASE WHEN %(outcome)s::text IN ('retry', 'suspend', 'release')
+            THEN coalesce(
+                to_timestamp(0) + %(run_at_ms)s::bigint * interval '1 millisecond',
+                now() + greatest(coalesce(%(delay_ms)s::bigint, 0), 0) * interval '1 millisecond')
+            ELSE j.run_at END,
+        attempts = CASE WHEN %(outcome)s::text IN ('suspend', 'release')
+            THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+        last_error = coalesce(%(error)s::jsonb, j.last_error),
+        finished_at = CASE WHEN %(outcome)s::text IN ('dead', 'failed')
+            THEN now() ELSE j.finished_at END,
+        wait_event = CASE WHEN %(outcome)s::text = 'suspend'
+            THEN %(wait_event)s::text ELSE j.wait_event END,
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    WHERE j.id = %(id)s::uuid
+      AND j.state = 'running'
+      AND j.worker_id = %(worker_id)s
+      AND j.claim = %(claim)s::uuid
+    RETURNING j.name
+),
+settled AS (
+    SELECT r.name AS job, 0 AS done,
+           (%(outcome)s::text = 'retry')::integer AS retried,
+           (%(outcome)s::text = 'failed')::integer AS failed,
+           (%(outcome)s::text = 'dead')::integer AS dead,
+           0::bigint AS duration_ms
+    FROM settled_rows r
+    WHERE %(outcome)s::text IN ('retry', 'dead', 'failed')
+),
+{count_settled}
+SELECT count(*) FROM settled_rows
+
+-- name: heartbeat
+UPDATE {x_jobs} AS j SET
+    lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
+    updated_at = now()
+WHERE j.id = %(id)s::uuid
+  AND j.state = 'running'
+  AND j.worker_id = %(worker_id)s
+  AND j.claim = %(claim)s::uuid
+
+-- name: heartbeat_many
+-- Renew every lease one worker holds in one statement; answers the ids that landed.
+UPDATE {x_jobs} AS j SET
+    lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
+    updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(claims)s::uuid[]) AS i (id, claim)
+WHERE j.id = i.id
+  AND j.state = 'running'
+  AND j.worker_id = %(worker_id)s
+  AND j.claim = i.claim
+RETURNING j.id::text
+
+-- name: progress
+UPDATE {x_jobs} AS j SET
+    progress = %(progress)s::jsonb,
+    updated_at = now()
+WHERE j.id = %(id)s::uuid
+  AND j.state = 'running'
+  AND j.worker_id = %(worker_id)s
+  AND j.claim = %(claim)s::uuid
+
+-- name: wake_waiters
+-- x_jobs_wait_event_idx; the woken queues are announced.
+WITH woken AS (
+    UPDATE {x_jobs} AS j SET
+        run_at = least(j.run_at, now()),
+        updated_at = now()
+    WHERE j.state = 'suspended' AND j.wait_event = %(event)s
+    RETURNING j.queue
+),
+announced AS (
+    SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM woken) q
+)
+SELECT (SELECT count(*) FROM woken), (SELECT count(*) FROM announced)
+
+-- name: stats
+SELECT j.queue,
+       count(*) FILTER (WHERE j.state = 'ready'),
+       count(*) FILTER (WHERE j.state = 'delayed'),
+       count(*) FILTER (WHERE j.state = 'running'),
+       count(*) FILTER (WHERE j.state = 'suspended'),
+       count(*) FILTER (WHERE j.state = 'done'),
+       count(*) FILTER (WHERE j.state = 'failed'),
+       count(*) FILTER (WHERE j.state = 'dead'),
+       count(*) FILTER (WHERE j.state = 'cancelled')
+FROM {x_jobs} j
+GROUP BY j.queue
+ORDER BY j.queue
+
+-- name: steps_load
+-- x_job_steps_pkey; steps in the order they were first recorded.
+SELECT s.name, s.state, s.executions, s.output, s.error, s.updated_at
+FROM {x_job_steps} s
+WHERE s.job_id = %(job_id)s::uuid
+ORDER BY s.created_at, s.name
+
+-- name: step_record
+-- Fenced: the job row must still be held by (worker_id, claim); FOR SHARE keeps it held until
+-- this statement commits. A completed step is never overwritten.
+WITH owner AS (
+    SELECT j.id
+    FROM {x_jobs} j
+    WHERE j.id = %(job_id)s::uuid
+      AND j.state = 'running'
+      AND j.worker_id = %(worker_id)s
+      AND j.claim = %(claim)s::uuid
+    FOR SHARE
+),
+written AS (
+    INSERT INTO {x_job_steps} AS s
+        (job_id, name, state, executions, output, error, created_at, updated_at)
+    SELECT o.id, %(name)s, %(state)s, %(executions)s, %(output)s::jsonb, %(error)s::jsonb,
+           now(), now()
+    FROM owner o
+    ON CONFLICT (job_id, name) DO UPDATE SET
+        state = excluded.state,
+        executions = s.executions + excluded.executions,
+        output = excluded.output,
+        error = excluded.error,
+        updated_at = excluded.updated_at
+    WHERE s.state <> 'completed'
+    RETURNING 1
+)
+SELECT count(*) FROM written
+
+-- name: lease_acquire
+-- x_job_leases_pkey. The holder's own unexpired slot comes back renewed; else the lowest slot
+-- below the limit that is free or expired. Two workers reaching for one slot meet on the
+-- primary key: the loser's ON CONFLICT sees the slot taken and grants nothing (it asks again).
+-- Every grant takes a new token from x_job_lease_tokens.
+WITH mine AS (
+    SELECT l.slot
+    FROM {x_job_leases} l
+    WHERE l.lease_key = %(key)s AND l.holder = %(holder)s
+      AND l.slot < %(limit)s AND l.expires_at > now()
+    ORDER BY l.slot
+    LIMIT 1
+),
+choice AS (
+    SELECT coalesce(
+        (SELECT slot FROM mine),
+        (SELECT s.slot
+         FROM generate_series(0, %(limit)s - 1) AS s (slot)
+         WHERE NOT EXISTS (
+             SELECT 1 FROM {x_job_leases} l
+             WHERE l.lease_key = %(key)s AND l.slot = s.slot AND l.expires_at > now())
+         ORDER BY s.slot
+         LIMIT 1)
+    ) AS slot
+),
+granted AS (
+    INSERT INTO {x_job_leases} AS l (lease_key, slot, holder, token, expires_at)
+    SELECT %(key)s, c.slot, %(holder)s, nextval({lease_tokens}),
+           now() + %(ttl_ms)s::bigint * interval '1 millisecond'
+    FROM choice c
+    WHERE c.slot IS NOT NULL
+    ON CONFLICT (lease_key, slot) DO UPDATE SET
+        holder = excluded.holder,
+        token = excluded.token,
+        expires_at = excluded.expires_at
+    WHERE l.expires_at <= now() OR l.holder = excluded.holder
+    RETURNING l.slot, l.token, floor(extract(epoch FROM l.expires_at) * 1000)::bigint
+)
+SELECT g.slot, g.token, g.expires_ms, c.slot
+FROM choice c
+LEFT JOIN granted AS g (slot, token, expires_ms) ON true
+
+-- name: lease_renew
+UPDATE {x_job_leases} AS l SET
+    expires_at = now() + %(ttl_ms)s::bigint * interval '1 millisecond'
+WHERE l.lease_key = %(key)s AND l.slot = %(slot)s AND l.holder = %(holder)s
+  AND l.expires_at > now()
+
+-- name: lease_release
+DELETE FROM {x_job_leases} AS l
+WHERE l.lease_key = %(key)s AND l.slot = %(slot)s AND l.holder = %(holder)s
+
+-- name: lease_holders
+SELECT l.slot, l.holder, l.token, floor(extract(epoch FROM l.expires_at) * 1000)::bigint
+FROM {x_job_leases} l
+WHERE l.lease_key = %(key)s AND l.expires_at > now()
+ORDER BY l.slot
+
+-- name: show
+-- x_jobs_pkey + x_job_steps_pkey: the row and its steps, read in one snapshot.
+SELECT {job_columns}, s.name, s.state, s.executions, s.output, s.error, s.updated_at
+FROM {x_jobs} j
+LEFT JOIN {x_job_steps} s ON s.job_id = j.id
+WHERE j.id = %(id)s::uuid
+ORDER BY s.created_at, s.name
+
+-- name: list_after
+-- Newest first: x_jobs_created_idx scanned backwards from the cursor (or from the top).
+SELECT {job_columns}
+FROM {x_jobs} j
+WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+  AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
+  AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+  AND (%(id_prefix)s::text IS NULL OR starts_with(j.id::text, %(id_prefix)s::text))
+  AND (%(created_from)s::timestamptz IS NULL OR j.created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR j.created_at <= %(created_to)s::timestamptz)
+  AND (%(cursor_at)s::timestamptz IS NULL
+       OR (j.created_at, j.id) < (%(cursor_at)s::timestamptz, %(cursor_id)s::uuid))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT %(limit)s
+
+-- name: list_before
+-- The page before a cursor: x_jobs_created_idx scanned forwards; the driver reverses it.
+SELECT {job_columns}
+FROM {x_jobs} j
+WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+  AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
+  AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+  AND (%(id_prefix)s::text IS NULL OR starts_with(j.id::text, %(id_prefix)s::text))
+  AND (%(created_from)s::timestamptz IS NULL OR j.created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR j.created_at <= %(created_to)s::timestamptz)
+  AND (j.created_at, j.id) > (%(cursor_at)s::timestamptz, %(cursor_id)s::uuid)
+ORDER BY j.created_at, j.id
+LIMIT %(limit)s
+
+-- name: job_state
+SELECT j.state, j.run_at > now() FROM {x_jobs} j WHERE j.id = %(id)s::uuid
+
+-- name: remove
+-- Deletes the row unless it is running (its steps go with it: ON DELETE CASCADE). Answers the
+-- state it found (none: no such job).
+WITH target AS (
+    SELECT j.id, j.state FROM {x_jobs} j WHERE j.id = %(id)s::uuid FOR UPDATE
+),
+deleted AS (
+    DELETE FROM {x_jobs} AS j
+    WHERE j.id = (SELECT t.id FROM target t WHERE t.state <> 'running')
+    RETURNING 1
+)
+SELECT t.state, (SELECT count(*) FROM deleted) FROM target t
+
+-- name: remove_many
+-- Up to %(limit)s rows in one state, oldest first (x_jobs_created_idx); answers what it
+-- deleted and how many matching rows are left.
+WITH doomed AS MATERIALIZED (
+    SELECT j.id
+    FROM {x_jobs} j
+    WHERE j.state = %(state)s::text
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+    ORDER BY j.created_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM {x_jobs} AS j WHERE j.id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING 1
+),
+matching AS (
+    SELECT count(*) AS n
+    FROM {x_jobs} j
+    WHERE j.state = %(state)s::text
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+)
+SELECT (SELECT count(*) FROM deleted), (SELECT n FROM matching) - (SELECT count(*) FROM deleted)
+
+-- name: requeue_lock
+-- requeue, in one transaction: lock the row, name a live holder of its key
+-- (x_jobs_name_tenant_idempotency_live_idx).
+SELECT j.state,
+       (SELECT l.id::text
+        FROM {x_jobs} l
+        WHERE l.name = j.name
+          AND coalesce(l.tenant_id, '') = coalesce(j.tenant_id, '')
+          AND l.idempotency_key = j.idempotency_key
+          AND l.state IN ('ready', 'delayed', 'running', 'suspended')
+          AND l.id <> j.id
+        LIMIT 1),
+       j.idempotency_key, j.name
+FROM {x_jobs} j
+WHERE j.id = %(id)s::uuid
+FOR UPDATE OF j
+
+-- name: requeue_step_names
+SELECT s.name FROM {x_job_steps} s WHERE s.job_id = %(id)s::uuid ORDER BY s.created_at, s.name
+
+-- name: requeue_drop_steps
+DELETE FROM {x_job_steps} AS s WHERE s.job_id = %(id)s::uuid AND s.name = ANY (%(names)s::text[])
+
+-- name: requeue_move
+WITH moved AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'ready',
+        attempts = 0,
+        run_at = now(),
+        finished_at = NULL,
+        result = NULL,
+        wait_event = NULL,
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    WHERE j.id = %(id)s::uuid
+    RETURNING {job_columns}
+),
+announced AS (
+    SELECT pg_notify({channel}, m.queue) FROM moved m
+)
+SELECT m.*, (SELECT count(*) FROM announced) FROM moved m
+
+-- name: requeue_many
+-- Up to %(limit)s finished rows back to ready, the oldest row of each key first; a key a live
+-- job holds stays (x_jobs_name_tenant_idempotency_live_idx) and is not counted as remaining.
+WITH movable AS MATERIALIZED (
+    SELECT DISTINCT ON (j.name, coalesce(j.tenant_id, ''), j.idempotency_key)
+           j.id, j.created_at
+    FROM {x_jobs} j
+    WHERE j.state = %(state)s::text
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+      AND NOT EXISTS (
+          SELECT 1 FROM {x_jobs} l
+          WHERE l.name = j.name
+            AND coalesce(l.tenant_id, '') = coalesce(j.tenant_id, '')
+            AND l.idempotency_key = j.idempotency_key
+            AND l.state IN ('ready', 'delayed', 'running', 'suspended'))
+    ORDER BY j.name, coalesce(j.tenant_id, ''), j.idempotency_key, j.created_at, j.id
+),
+picked AS MATERIALIZED (
+    SELECT j.id
+    FROM {x_jobs} j
+    WHERE j.id = ANY (ARRAY(
+            SELECT m.id FROM movable m ORDER BY m.created_at, m.id LIMIT %(limit)s))
+      AND j.state = %(state)s::text
+    FOR UPDATE SKIP LOCKED
+),
+moved AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'ready',
+        attempts = 0,
+        run_at = now(),
+        finished_at = NULL,
+        result = NULL,
+        wait_event = NULL,
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.queue
+),
+announced AS (
+    SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM moved) q
+)
+SELECT (SELECT count(*) FROM moved),
+       (SELECT count(*) FROM movable) - (SELECT count(*) FROM moved),
+       (SELECT count(*) FROM announced)
+
+-- name: cancel
+-- A live row only (x_jobs_pkey); its claim is void, so the holder's settles answer False.
+UPDATE {x_jobs} AS j SET
+    state = 'cancelled',
+    last_error = %(error)s::jsonb,
+    finished_at = now(),
+    wait_event = NULL,
+    worker_id = NULL,
+    claim = NULL,
+    lease_expires_at = NULL,
+    updated_at = now()
+WHERE j.id = %(id)s::uuid
+  AND j.state IN ('ready', 'delayed', 'running', 'suspended')
+RETURNING {job_columns}
+
+-- name: promote
+-- A row waiting on its run_at (delayed, or ready backing off) becomes due now.
+WITH moved AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'ready',
+        run_at = now(),
+        updated_at = now()
+    WHERE j.id = %(id)s::uuid
+      AND (j.state = 'delayed' OR (j.state = 'ready' AND j.run_at > now()))
+    RETURNING {job_columns}
+),
+announced AS (
+    SELECT pg_notify({channel}, m.queue) FROM moved m
+)
+SELECT m.*, (SELECT count(*) FROM announced) FROM moved m
+
+-- name: promote_many
+WITH picked AS MATERIALIZED (
+    SELECT j.id
+    FROM {x_jobs} j
+    WHERE j.state = %(state)s::text
+      AND (j.state = 'delayed' OR j.run_at > now())
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+    ORDER BY j.created_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+moved AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'ready',
+        run_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.queue
+),
+announced AS (
+    SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM moved) q
+),
+matching AS (
+    SELECT count(*) AS n
+    FROM {x_jobs} j
+    WHERE j.state = %(state)s::text
+      AND (j.state = 'delayed' OR j.run_at > now())
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+)
+SELECT (SELECT count(*) FROM moved),
+       (SELECT n FROM matching) - (SELECT count(*) FROM moved),
+       (SELECT count(*) FROM announced)
+
+-- name: resolve_step_lock
+SELECT j.state,
+       (SELECT s.state FROM {x_job_steps} s WHERE s.job_id = j.id AND s.name = %(step)s)
+FROM {x_jobs} j
+WHERE j.id = %(id)s::uuid
+FOR UPDATE OF j
+
+-- name: resolve_step_forget
+DELETE FROM {x_job_steps} AS s WHERE s.job_id = %(id)s::uuid AND s.name = %(step)s
+
+-- name: resolve_step_ran
+UPDATE {x_job_steps} AS s SET
+    state = 'completed',
+    executions = s.executions + 1,
+    output = %(output)s::jsonb,
+    error = NULL,
+    updated_at = now()
+WHERE s.job_id = %(id)s::uuid AND s.name = %(step)s
+RETURNING s.name, s.state, s.executions, s.output, s.error, s.updated_at
+
+-- name: pause_queue
+INSERT INTO {x_paused_queues} (queue, paused_at) VALUES (%(queue)s, now())
+ON CONFLICT (queue) DO NOTHING
+
+-- name: resume_queue
+-- The claim reads x_paused_queues itself; a resume announces the queue.
+WITH resumed AS (
+    DELETE FROM {x_paused_queues} AS p WHERE p.queue = %(queue)s RETURNING p.queue
+)
+SELECT count(pg_notify({channel}, r.queue)) FROM resumed r
+
+-- name: paused_queues
+SELECT p.queue FROM {x_paused_queues} p ORDER BY p.queue
+
+-- name: pause_task
+INSERT INTO {x_paused_tasks} (task, paused_at) VALUES (%(task)s, now())
+ON CONFLICT (task) DO NOTHING
+
+-- name: resume_task
+DELETE FROM {x_paused_tasks} AS p WHERE p.task = %(task)s
+
+-- name: paused_tasks
+SELECT p.task FROM {x_paused_tasks} p ORDER BY p.task
+
+-- name: task_fires
+SELECT f.task, f.occurrence_ms, f.fired_at
+FROM {x_task_fires} f
+ORDER BY f.task
+LIMIT %(limit)s
+
+-- name: record_task_fire
+-- The watermark only moves forward: an occurrence at or before the recorded one changes nothing.
+INSERT INTO {x_task_fires} AS f (task, occurrence_ms, fired_at)
+VALUES (%(task)s, %(occurrence_ms)s, now())
+ON CONFLICT (task) DO UPDATE SET
+    occurrence_ms = excluded.occurrence_ms,
+    fired_at = excluded.fired_at
+WHERE f.occurrence_ms < excluded.occurrence_ms
+
+-- name: register_worker
+INSERT INTO {x_workers} AS w
+    (id, host, started_at, queues, slots, visibility_timeout_ms, in_flight, last_heartbeat_at)
+VALUES (%(id)s, %(host)s, now(), %(queues)s::text[], %(slots)s, %(visibility_timeout_ms)s,
+        ARRAY[]::text[], now())
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host,
+    started_at = excluded.started_at,
+    queues = excluded.queues,
+    slots = excluded.slots,
+    visibility_timeout_ms = excluded.visibility_timeout_ms,
+    in_flight = excluded.in_flight,
+    last_heartbeat_at = excluded.last_heartbeat_at
+RETURNING w.id, w.host, w.started_at, w.queues, w.slots, w.in_flight, w.last_heartbeat_at
+
+-- name: worker_heartbeat
+UPDATE {x_workers} AS w SET
+    last_heartbeat_at = now(),
+    in_flight = %(in_flight)s::text[]
+WHERE w.id = %(id)s
+
+-- name: deregister_worker
+DELETE FROM {x_workers} AS w WHERE w.id = %(id)s
+
+-- name: workers
+-- A worker row expires one visibility timeout after its last heartbeat.
+SELECT w.id, w.host, w.started_at, w.queues, w.slots, w.in_flight, w.last_heartbeat_at
+FROM {x_workers} w
+WHERE w.last_heartbeat_at + w.visibility_timeout_ms * interval '1 millisecond' > now()
+ORDER BY w.started_at, w.id
+
+-- name: counter_tier
+-- (fragment) the finest tier whose retention still covers %(since_ms)s (else the coarsest).
+tier AS (
+    SELECT t.bucket_ms, t.kept_ms
+    FROM unnest({counter_bucket_ms}::integer[], {counter_kept_ms}::bigint[])
+         WITH ORDINALITY AS t (bucket_ms, kept_ms, ord)
+    WHERE floor(extract(epoch FROM now()) * 1000)::bigint - %(since_ms)s::bigint <= t.kept_ms
+       OR t.ord = {counter_tiers}
+    ORDER BY t.ord
+    LIMIT 1
+)
+
+-- name: counters
+-- x_job_counters_bucket_idx: one tier's buckets ending after since_ms (and inside the tier's
+-- retention), the shards summed; oldest first, then by job.
+WITH {counter_tier}
+SELECT c.job, c.bucket_start, c.bucket_ms,
+       sum(c.done), sum(c.retried), sum(c.failed), sum(c.dead), sum(c.duration_ms)
+FROM {x_job_counters} c, tier
+WHERE c.bucket_ms = tier.bucket_ms
+  AND c.bucket_start + tier.bucket_ms * interval '1 millisecond'
+      > to_timestamp(0) + %(since_ms)s::bigint * interval '1 millisecond'
+  AND c.bucket_start + tier.bucket_ms * interval '1 millisecond'
+      > now() - tier.kept_ms * interval '1 millisecond'
+  AND (%(job)s::text IS NULL OR c.job = %(job)s::text)
+GROUP BY c.job, c.bucket_start, c.bucket_ms
+ORDER BY c.bucket_start, c.job
+
+-- name: counter_totals
+WITH {counter_tier}
+SELECT coalesce(sum(c.done), 0), coalesce(sum(c.retried), 0), coalesce(sum(c.failed), 0),
+       coalesce(sum(c.dead), 0), coalesce(sum(c.duration_ms), 0)
+FROM {x_job_counters} c, tier
+WHERE c.bucket_ms = tier.bucket_ms
+  AND c.bucket_start + tier.bucket_ms * interval '1 millisecond'
+      > to_timestamp(0) + %(since_ms)s::bigint * interval '1 millisecond'
+  AND c.bucket_start + tier.bucket_ms * interval '1 millisecond'
+      > now() - tier.kept_ms * interval '1 millisecond'
+
+-- name: purge_jobs
+-- One batch of terminal rows past their retention. x_jobs_created_idx narrows the scan: a row
+-- finished before the cut-off was created before it too.
+WITH doomed AS MATERIALIZED (
+    SELECT j.id
+    FROM {x_jobs} j
+    WHERE j.created_at <= now() - least(%(done_ms)s::bigint, %(dead_ms)s::bigint)
+                                  * interval '1 millisecond'
+      AND j.state IN ('done', 'failed', 'dead', 'cancelled')
+      AND coalesce(j.finished_at, j.updated_at)
+          <= now() - (CASE WHEN j.state = 'done' THEN %(done_ms)s::bigint
+                           ELSE %(dead_ms)s::bigint END) * interval '1 millisecond'
+    ORDER BY j.created_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {x_jobs} AS j WHERE j.id = ANY (ARRAY(SELECT id FROM doomed))
+
+-- name: purge_workers
+DELETE FROM {x_workers} AS w
+WHERE w.last_heartbeat_at + w.visibility_timeout_ms * interval '1 millisecond' <= now()
+
+-- name: purge_leases
+DELETE FROM {x_job_leases} AS l WHERE l.expires_at <= now()
+
+-- name: purge_counters
+-- Each tier keeps its buckets for its own retention.
+DELETE FROM {x_job_counters} AS c
+USING unnest({counter_bucket_ms}::integer[], {counter_kept_ms}::bigint[]) AS t (bucket_ms, kept_ms)
+WHERE c.bucket_ms = t.bucket_ms
+  AND c.bucket_start + t.bucket_ms * interval '1 millisecond'
+      <= now() - t.kept_ms * interval '1 millisecond'
+
+-- name: backfill_begin
+INSERT INTO {x_backfills} (id, name, job_id, state, rows, cursor, started_at, updated_at)
+VALUES (%(id)s::uuid, %(name)s, %(job_id)s, 'running', 0, %(cursor)s::jsonb, now(), now())
+RETURNING id::text, name, state, rows, cursor, started_at, updated_at, job_id
+
+-- name: backfill_advance
+UPDATE {x_backfills} AS b SET
+    rows = b.rows + %(rows)s,
+    cursor = %(cursor)s::jsonb,
+    updated_at = now()
+WHERE b.id = %(id)s::uuid
+
+-- name: backfill_finish
+UPDATE {x_backfills} AS b SET
+    state = %(state)s,
+    updated_at = now()
+WHERE b.id = %(id)s::uuid
+
+-- name: backfill_list
+-- x_backfills_started_idx, scanned backwards.
+SELECT b.id::text, b.name, b.state, b.rows, b.cursor, b.started_at, b.updated_at, b.job_id
+FROM {x_backfills} b
+ORDER BY b.started_at DESC, b.id DESC
+LIMIT %(limit)s
+
+-- name: migrations_table
+-- migrate(): the bookkeeping table, created before the first migration is read (it matches
+-- schema.sql's definition; the migration test compares both).
+CREATE TABLE IF NOT EXISTS x_schema_migrations (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: migrations_applied
+SELECT version FROM x_schema_migrations ORDER BY version
+
+-- name: migration_done
+INSERT INTO x_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- name: migrate_lock
+-- Two processes migrating one schema at once queue here; the lock ends with the transaction.
+SELECT pg_advisory_xact_lock(%(key)s::bigint)
+
+-- name: migrate_schema
+CREATE SCHEMA IF NOT EXISTS {schema}
+
+-- name: migrate_search_path
+SET LOCAL search_path TO {schema}
