@@ -1,0 +1,459 @@
+"""The one ambient enqueue path: dedupe, run ids, batches, tenants, the outbox, refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from pydantic import BaseModel
+
+from ultimat3.core import (
+    SYSTEM_ACTOR,
+    AbortController,
+    Actor,
+    FrozenClock,
+    XError,
+    cross_tenant,
+    is_lowercase_uuid,
+    swap_adapter,
+    use_actor,
+    use_clock,
+    use_connection,
+    use_signal,
+)
+from ultimat3.jobs import MAX_ENQUEUE_BATCH, Concurrency, EnqueueResult, Retry, job, outbox_relay
+from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE, EnqueueRequest
+from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
+from ultimat3.jobs.drivers.memory_outbox import MemoryTransaction, memory_outbox_store
+
+
+class Org(BaseModel):
+    org_id: UUID
+    note: str = ""
+
+
+async def _noop(input: Any, step: Any, ctx: Any) -> None:
+    return None
+
+
+onboard = job(
+    input=Org,
+    tenant=lambda i: str(i.org_id),
+    idempotency_key=lambda i: f"onboard:{i.org_id}",
+    retry=Retry(attempts=4),
+    name="onboard",
+    run=_noop,
+)
+untenanted = job(input=Org, idempotency_key=lambda i: f"u:{i.org_id}", name="untenanted", run=_noop)
+other_name = job(
+    input=Org,
+    tenant=lambda i: str(i.org_id),
+    idempotency_key=lambda i: f"onboard:{i.org_id}",
+    name="other-name",
+    run=_noop,
+)
+
+
+class SpyDriver:
+    """A memory driver that counts the calls reaching the port."""
+
+    def __init__(self) -> None:
+        self.inner = memory_job_driver()
+        self.many_calls: list[int] = []
+        self.one_calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def enqueue(self, request: EnqueueRequest, *, connection: object = None) -> Any:
+        self.one_calls += 1
+        return await self.inner.enqueue(request, connection=connection)
+
+    async def enqueue_many(
+        self, requests: Sequence[EnqueueRequest], *, connection: object = None
+    ) -> Any:
+        self.many_calls.append(len(requests))
+        return await self.inner.enqueue_many(requests, connection=connection)
+
+
+@pytest.fixture
+def clock() -> Iterator[FrozenClock]:
+    c = FrozenClock()
+    with use_clock(c):
+        yield c
+
+
+@pytest.fixture
+def driver(clock: FrozenClock) -> Iterator[MemoryJobDriver]:
+    d = memory_job_driver()
+    with swap_adapter(JOB_DRIVER, d):
+        yield d
+
+
+@pytest.fixture
+def spy(clock: FrozenClock) -> Iterator[SpyDriver]:
+    d = SpyDriver()
+    with swap_adapter(JOB_DRIVER, d):  # type: ignore[arg-type]
+        yield d
+
+
+def org() -> dict[str, str]:
+    return {"org_id": str(uuid4())}
+
+
+async def _rows(driver: MemoryJobDriver) -> list[Any]:
+    return await driver.introspect.list(limit=200)
+
+
+async def test_enqueue_answers_the_new_rows_ids(driver: MemoryJobDriver) -> None:
+    i = org()
+    result = await onboard.enqueue(i)
+    assert isinstance(result, EnqueueResult)
+    assert result.deduped is False
+    assert is_lowercase_uuid(result.id)
+    assert is_lowercase_uuid(result.run_id)
+    row = await driver.introspect.show(result.id)
+    assert row.run_id == result.run_id
+    assert row.name == "onboard"
+    assert row.queue == "default"
+    assert row.state == "ready"
+    assert row.max_attempts == 4
+    assert row.tenant_id == i["org_id"]
+    assert row.idempotency_key == f"onboard:{i['org_id']}"
+    assert row.payload == {"org_id": i["org_id"], "note": ""}
+
+
+async def test_the_model_itself_is_an_input(driver: MemoryJobDriver) -> None:
+    oid = uuid4()
+    result = await onboard.enqueue(Org(org_id=oid))
+    assert (await driver.introspect.show(result.id)).payload["org_id"] == str(oid)
+
+
+async def test_a_live_key_dedupes_onto_the_live_row_and_the_first_payload_wins(
+    driver: MemoryJobDriver,
+) -> None:
+    oid = str(uuid4())
+    first = await onboard.enqueue({"org_id": oid, "note": "first"})
+    second = await onboard.enqueue({"org_id": oid, "note": "second"})
+    assert second == EnqueueResult(first.id, first.run_id, deduped=True)
+    assert len(await _rows(driver)) == 1
+    assert (await driver.introspect.show(first.id)).payload["note"] == "first"
+
+
+async def test_a_running_row_holds_its_key(driver: MemoryJobDriver) -> None:
+    i = org()
+    first = await onboard.enqueue(i)
+    claimed = await driver.claim(
+        queues=["default"], limit=1, worker_id="w", visibility_timeout_ms=30_000
+    )
+    assert [c.id for c in claimed] == [first.id]
+    again = await onboard.enqueue(i)
+    assert again.deduped is True
+    assert again.id == first.id
+
+
+async def test_a_terminal_row_frees_its_key_at_once(driver: MemoryJobDriver) -> None:
+    i = org()
+    first = await onboard.enqueue(i)
+    [c] = await driver.claim(queues=["default"], limit=1, worker_id="w", visibility_timeout_ms=1000)
+    assert await driver.ack(c.id, worker_id="w", claim=c.claim)
+    again = await onboard.enqueue(i)
+    assert again.deduped is False
+    assert again.id != first.id
+
+
+async def test_the_key_is_scoped_by_job_name_and_tenant(driver: MemoryJobDriver) -> None:
+    i = org()
+    a = await onboard.enqueue(i)
+    b = await other_name.enqueue(i)  # same key, another job
+    c = await untenanted.enqueue(i, tenant_id="org-a")
+    d = await untenanted.enqueue(i, tenant_id="org-b")  # same key, another tenant
+    e = await untenanted.enqueue(i, tenant_id="org-b")
+    assert not a.deduped and not b.deduped and not c.deduped and not d.deduped
+    assert e.deduped and e.id == d.id
+
+
+async def test_a_given_run_id_names_the_run(driver: MemoryJobDriver) -> None:
+    run_id = str(uuid4())
+    result = await onboard.enqueue(org(), run_id=run_id)
+    assert result.run_id == run_id
+    assert (await driver.introspect.show(result.id)).run_id == run_id
+
+
+@pytest.mark.parametrize("bad", ["not-a-uuid", str(uuid4()).upper(), "", 42])
+async def test_a_bad_run_id_is_refused_before_anything_is_queued(
+    driver: MemoryJobDriver, bad: Any
+) -> None:
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue(org(), run_id=bad)
+    assert exc.value.code == "X_ID_INVALID"
+    assert "run_id" in exc.value.message
+    assert await _rows(driver) == []
+
+
+async def test_a_bad_run_id_stages_nothing_either(driver: MemoryJobDriver) -> None:
+    store = memory_outbox_store()
+    with swap_adapter(OUTBOX_STORE, store), MemoryTransaction() as tx, use_connection(tx):
+        with pytest.raises(XError) as exc:
+            await onboard.enqueue(org(), run_id="RUN")
+        assert exc.value.code == "X_ID_INVALID"
+    assert store.unpublished() == []
+
+
+async def test_delay_and_run_at_schedule_the_row(
+    driver: MemoryJobDriver, clock: FrozenClock
+) -> None:
+    later = await onboard.enqueue(org(), delay="1h")
+    row = await driver.introspect.show(later.id)
+    assert row.state == "delayed"
+    assert row.run_at == datetime.fromtimestamp((clock.now_ms() + 3_600_000) / 1000, UTC)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    fixed = await onboard.enqueue(org(), run_at=at)
+    assert (await driver.introspect.show(fixed.id)).run_at == at
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue(org(), delay="1h", run_at=at)
+    assert exc.value.code == "X_INVARIANT"
+
+
+async def test_enqueue_many_answers_in_input_order_with_one_driver_call(spy: SpyDriver) -> None:
+    inputs = [org() for _ in range(5)]
+    inputs.insert(3, dict(inputs[1]))  # a shared key: the second is deduped onto the first
+    results = await onboard.enqueue_many(inputs)
+    assert spy.many_calls == [6]
+    assert spy.one_calls == 0
+    assert [r.deduped for r in results] == [False, False, False, True, False, False]
+    assert results[3].id == results[1].id
+    for given, result in zip(inputs, results, strict=True):
+        row = await spy.inner.introspect.show(result.id)
+        assert row.payload["org_id"] == given["org_id"]
+
+
+async def test_enqueue_many_of_nothing_calls_nothing(spy: SpyDriver) -> None:
+    assert await onboard.enqueue_many([]) == []
+    assert spy.many_calls == []
+
+
+async def test_enqueue_many_past_the_batch_bound_is_refused_before_any_write(
+    spy: SpyDriver,
+) -> None:
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue_many([org()] * (MAX_ENQUEUE_BATCH + 1))
+    assert exc.value.code == "X_JOB_ENQUEUE_BATCH_TOO_LARGE"
+    assert str(MAX_ENQUEUE_BATCH) in exc.value.message
+    assert exc.value.fix and "backfill" in exc.value.fix
+    assert spy.many_calls == []
+
+
+async def test_an_empty_key_in_any_input_refuses_the_whole_call(spy: SpyDriver) -> None:
+    keyed = job(
+        input=Org,
+        idempotency_key=lambda i: i.note,
+        name="keyed-by-note",
+        run=_noop,
+    )
+    inputs = [{"org_id": str(uuid4()), "note": n} for n in ("a", "b", "", "d")]
+    with pytest.raises(XError) as exc:
+        await keyed.enqueue_many(inputs)
+    assert exc.value.code == "X_INVARIANT"
+    assert exc.value.meta["index"] == 2
+    assert spy.many_calls == []
+    assert await spy.inner.introspect.list() == []
+
+
+async def test_a_bad_concurrency_key_refuses_the_enqueue(spy: SpyDriver) -> None:
+    capped = job(
+        input=Org,
+        idempotency_key=lambda i: f"c:{i.org_id}",
+        concurrency=Concurrency(key=lambda i: i.note),
+        name="capped",
+        run=_noop,
+    )
+    with pytest.raises(XError) as exc:
+        await capped.enqueue({"org_id": str(uuid4()), "note": ""})
+    assert exc.value.code == "X_JOB_DECLARATION_INVALID"
+    with pytest.raises(XError) as exc:
+        await capped.enqueue_many([{"org_id": str(uuid4()), "note": "x" * 201}])
+    assert exc.value.code == "X_JOB_DECLARATION_INVALID"
+    assert spy.many_calls == [] and spy.one_calls == 0
+    ok = await capped.enqueue({"org_id": str(uuid4()), "note": "acct-1"})
+    assert (await spy.inner.introspect.show(ok.id)).concurrency_key == "acct-1"
+
+
+async def test_an_invalid_payload_is_refused_before_anything_is_queued(spy: SpyDriver) -> None:
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue_many([org(), {"org_id": "nope"}])
+    assert exc.value.code == "X_BODY_INVALID"
+    assert spy.many_calls == []
+
+
+# --- tenants ------------------------------------------------------------------------------------
+
+
+async def test_an_explicit_tenant_other_than_the_inputs_is_a_mismatch(spy: SpyDriver) -> None:
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue(org(), tenant_id="org-b")
+    assert exc.value.code == "X_JOB_TENANT_MISMATCH"
+    assert exc.value.fix
+    assert spy.one_calls == 0
+
+
+async def test_enqueue_as_an_actor_of_another_org_is_a_mismatch(spy: SpyDriver) -> None:
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue_as(Actor(id="u1", org_id="org-b"), org())
+    assert exc.value.code == "X_JOB_TENANT_MISMATCH"
+    assert "u1" in exc.value.message
+
+
+async def test_an_ambient_actor_of_another_org_is_a_mismatch(spy: SpyDriver) -> None:
+    with use_actor(Actor(id="u2", org_id="org-b")), pytest.raises(XError) as exc:
+        await onboard.enqueue(org())
+    assert exc.value.code == "X_JOB_TENANT_MISMATCH"
+    with use_actor(Actor(id="u2", org_id="org-b")), pytest.raises(XError) as exc:
+        await onboard.enqueue_many([org()])
+    assert exc.value.code == "X_JOB_TENANT_MISMATCH"
+    assert spy.one_calls == 0 and spy.many_calls == []
+
+
+async def test_the_same_org_everywhere_is_fine(driver: MemoryJobDriver) -> None:
+    i = org()
+    with use_actor(Actor(id="u", org_id=i["org_id"])):
+        r = await onboard.enqueue(i, tenant_id=i["org_id"])
+    assert (await driver.introspect.show(r.id)).tenant_id == i["org_id"]
+
+
+async def test_cross_tenant_admits_the_ambient_check_only(driver: MemoryJobDriver) -> None:
+    crosser = Actor(id="ops", org_id="org-b", permissions=frozenset({"tenancy:cross"}))
+    i = org()
+    with use_actor(crosser):
+        r = await cross_tenant("support fix", lambda: onboard.enqueue(i))
+        assert r.deduped is False
+        with pytest.raises(XError) as exc:
+            await cross_tenant("support fix", lambda: onboard.enqueue(org(), tenant_id="org-b"))
+        assert exc.value.code == "X_JOB_TENANT_MISMATCH"
+        with pytest.raises(XError) as exc:
+            await cross_tenant("support fix", lambda: onboard.enqueue_as(crosser, org()))
+        assert exc.value.code == "X_JOB_TENANT_MISMATCH"
+
+
+async def test_an_actor_with_no_org_is_never_compared(driver: MemoryJobDriver) -> None:
+    i = org()
+    with use_actor(SYSTEM_ACTOR):
+        r = await onboard.enqueue(i)
+    s = await onboard.enqueue_as(Actor(id="bot"), org())
+    t = await onboard.enqueue_as(None, org())
+    for result in (r, s, t):
+        assert (await driver.introspect.show(result.id)).tenant_id is not None
+
+
+async def test_a_none_tenant_job_takes_only_an_explicit_tenant(driver: MemoryJobDriver) -> None:
+    with use_actor(Actor(id="u", org_id="org-ambient")):
+        ambient = await untenanted.enqueue(org())
+        explicit = await untenanted.enqueue(org(), tenant_id="org-x")
+        as_actor = await untenanted.enqueue_as(Actor(id="v", org_id="org-v"), org())
+        as_none = await untenanted.enqueue_as(None, org())
+        as_orgless = await untenanted.enqueue_as(Actor(id="w"), org())
+    show = driver.introspect.show
+    assert (await show(ambient.id)).tenant_id is None
+    assert (await show(explicit.id)).tenant_id == "org-x"
+    assert (await show(as_actor.id)).tenant_id == "org-v"
+    assert (await show(as_none.id)).tenant_id is None
+    assert (await show(as_orgless.id)).tenant_id is None
+
+
+async def test_an_empty_tenant_id_is_refused(driver: MemoryJobDriver) -> None:
+    with pytest.raises(XError) as exc:
+        await untenanted.enqueue(org(), tenant_id="")
+    assert exc.value.code == "X_INVARIANT"
+
+
+# --- the ambient facade ------------------------------------------------------------------------
+
+
+async def test_with_no_driver_installed_the_enqueue_names_the_fix(clock: FrozenClock) -> None:
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue(org())
+    assert exc.value.code == "X_ADAPTER_MISSING"
+    assert exc.value.fix and "install_job_driver" in exc.value.fix
+
+
+async def test_inside_a_transaction_the_enqueue_is_staged_and_commit_is_the_enqueue(
+    driver: MemoryJobDriver,
+) -> None:
+    store = memory_outbox_store()
+    with swap_adapter(OUTBOX_STORE, store):
+        with MemoryTransaction() as tx, use_connection(tx):
+            staged = await onboard.enqueue(org())
+            assert store.unpublished() == []  # invisible until commit
+        assert [r.id for r in store.unpublished()] == [staged.id]
+        assert await _rows(driver) == []
+        assert await outbox_relay(store, driver) == 1
+    row = await driver.introspect.show(staged.id)
+    assert row.run_id == staged.run_id
+
+
+async def test_a_rolled_back_enqueue_never_existed(driver: MemoryJobDriver) -> None:
+    store = memory_outbox_store()
+    with swap_adapter(OUTBOX_STORE, store):
+
+        async def handler() -> None:
+            with MemoryTransaction() as tx, use_connection(tx):
+                await onboard.enqueue(org())
+                raise RuntimeError("the business write failed")
+
+        with pytest.raises(RuntimeError):
+            await handler()
+        assert store.unpublished() == []
+        assert await outbox_relay(store, driver) == 0
+    assert await _rows(driver) == []
+
+
+async def test_a_staged_batch_dedupes_shared_keys_inside_it(driver: MemoryJobDriver) -> None:
+    store = memory_outbox_store()
+    i = org()
+    with swap_adapter(OUTBOX_STORE, store):
+        with MemoryTransaction() as tx, use_connection(tx):
+            results = await onboard.enqueue_many([i, org(), i])
+        assert results[2] == EnqueueResult(results[0].id, results[0].run_id, deduped=True)
+        assert len(store.unpublished()) == 2
+
+
+async def test_a_transaction_nobody_can_join_is_refused_not_enqueued_outside_it(
+    driver: MemoryJobDriver,
+) -> None:
+    with use_connection(object()), pytest.raises(XError) as exc:
+        await onboard.enqueue(org())
+    assert exc.value.code == "X_ADAPTER_MISSING"
+    assert "outbox" in exc.value.message
+    assert await _rows(driver) == []
+
+
+async def test_a_driver_that_owns_the_connection_enqueues_on_it(clock: FrozenClock) -> None:
+    seen: list[object] = []
+
+    class Owning(SpyDriver):
+        def owns_connection(self, connection: object) -> bool:
+            return True
+
+        async def enqueue(self, request: EnqueueRequest, *, connection: object = None) -> Any:
+            seen.append(connection)
+            return await super().enqueue(request, connection=connection)
+
+    conn = object()
+    d = Owning()
+    with swap_adapter(JOB_DRIVER, d), use_connection(conn):  # type: ignore[arg-type]
+        await onboard.enqueue(org())
+    assert seen == [conn]
+
+
+async def test_under_an_aborted_signal_an_enqueue_rethrows_the_reason(
+    driver: MemoryJobDriver,
+) -> None:
+    controller = AbortController()
+    controller.abort(XError("X_DRAINING", "worker w is draining"))
+    with use_signal(controller.signal), pytest.raises(XError) as exc:
+        await onboard.enqueue(org())
+    assert exc.value.code == "X_DRAINING"
+    assert await _rows(driver) == []

@@ -1,0 +1,192 @@
+"""The test harness: the spec's "retries only the failed step", the dead letter's replay, and
+replay determinism as a property."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from uuid import UUID, uuid4
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from ultimat3.jobs import Retry, job
+from ultimat3.jobs.testing import JobHarness, job_harness
+
+
+class OnboardOrg(BaseModel):
+    org_id: UUID
+
+
+class MailFake:
+    """Sends mail into a list; ``fail_once(kind)`` makes the next send of that kind raise."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self._failing: set[str] = set()
+
+    def fail_once(self, kind: str) -> None:
+        self._failing.add(kind)
+
+    async def send(self, kind: str, org: Any) -> None:
+        if kind in self._failing:
+            self._failing.discard(kind)
+            raise ConnectionError(f"mail vendor down sending {kind}")
+        self.sent.append((kind, org["id"]))
+
+
+mail = MailFake()
+
+
+@job(
+    input=OnboardOrg,
+    tenant=lambda i: str(i.org_id),
+    idempotency_key=lambda i: f"onboard:{i.org_id}",
+    retry=Retry(attempts=5, backoff="exponential"),
+)
+async def onboard_org(input: OnboardOrg, step: Any, ctx: Any) -> None:
+    org = await step.run("provision", lambda signal: {"id": str(input.org_id)})
+    await step.run("welcome-email", lambda signal: mail.send("welcome", org))
+    await step.sleep("3d")
+    await step.run("nudge", lambda signal: mail.send("nudge", org))
+
+
+async def test_onboard_org_retries_only_the_failed_step() -> None:
+    run_jobs = JobHarness(jobs=[onboard_org])
+    mail.fail_once("nudge")
+    await run_jobs(onboard_org, {"org_id": str(uuid4())})
+    run_jobs.clock.advance("3d")
+    trace = await run_jobs.drain()
+    assert trace is not None
+    assert trace.steps["provision"].executions == 1  # replayed from storage
+    assert trace.steps["nudge"].executions == 2  # only this one retried
+    assert trace.state == "done"
+
+
+async def test_before_the_clock_moves_the_run_sleeps() -> None:
+    run_jobs = JobHarness(jobs=[onboard_org])
+    trace = await run_jobs(onboard_org, {"org_id": str(uuid4())})
+    assert trace.state == "suspended"
+    assert "nudge" not in trace.steps
+    run_jobs.clock.advance("2d")
+    assert (await run_jobs.drain()).state == "suspended"  # type: ignore[union-attr]
+    run_jobs.clock.advance("1d")
+    assert (await run_jobs.drain()).state == "done"  # type: ignore[union-attr]
+
+
+flaky_calls: dict[str, int] = {}
+
+
+class Plan(BaseModel):
+    key: str
+    fail_at: str | None = None
+
+
+@job(input=Plan, idempotency_key=lambda p: p.key, retry=Retry(attempts=1))
+async def three_steps(input: Plan, step: Any, ctx: Any) -> str:
+    for name in ("a", "b", "c"):
+
+        def work(signal: Any, name: str = name) -> str:
+            flaky_calls[name] = flaky_calls.get(name, 0) + 1
+            if input.fail_at == name and flaky_calls[name] == 1:
+                raise RuntimeError(f"{name} broke")
+            return f"{name}-out"
+
+        await step.run(name, work)
+    return "finished"
+
+
+async def test_a_dead_job_requeued_resumes_from_the_failed_step() -> None:
+    flaky_calls.clear()
+    async with job_harness(jobs=[three_steps]) as h:
+        trace = await h(three_steps, {"key": "k1", "fail_at": "b"})
+        assert trace.state == "dead"
+        assert trace.last_error is not None
+        assert "b broke" in trace.last_error["message"]
+        assert trace.steps["a"].state == "completed"
+        assert trace.steps["b"].state == "failed"
+        await h.requeue(trace.id)
+        trace = await h.drain()
+        assert trace is not None
+    assert trace.state == "done"
+    assert trace.result == "finished"
+    assert flaky_calls == {"a": 1, "b": 2, "c": 1}  # a replayed from storage
+    assert trace.steps["a"].executions == 1
+    assert trace.steps["b"].executions == 2
+
+
+async def test_drain_without_work_answers_none() -> None:
+    h = JobHarness(jobs=[three_steps])
+    assert await h.drain() is None
+
+
+async def test_the_harness_binds_its_driver_for_enqueues_inside_bodies() -> None:
+    class Fan(BaseModel):
+        n: int
+
+    @job(input=Fan, idempotency_key=lambda f: f"fan:{f.n}")
+    async def fan(input: Fan, step: Any, ctx: Any) -> None:
+        if input.n < 3:
+            await fan.enqueue({"n": input.n + 1})
+
+    h = JobHarness(jobs=[fan])
+    await h(fan, {"n": 0})
+    rows = await h.rows(name="fan")
+    assert sorted(r.payload["n"] for r in rows) == [0, 1, 2, 3]
+    assert {r.state for r in rows} == {"done"}
+
+
+# --- replay determinism -------------------------------------------------------------------------
+
+
+class Scenario(BaseModel):
+    key: str
+    steps: list[str]
+    failures: dict[str, int]
+
+
+calls: dict[str, int] = {}
+
+
+@job(input=Scenario, idempotency_key=lambda s: s.key, retry=Retry(attempts=50, delay=0))
+async def scripted(input: Scenario, step: Any, ctx: Any) -> None:
+    for name in input.steps:
+
+        async def work(signal: Any, name: str = name) -> int:
+            calls[name] = calls.get(name, 0) + 1
+            if calls[name] <= input.failures.get(name, 0):
+                raise RuntimeError(f"{name} fails (call {calls[name]})")
+            return calls[name]
+
+        await step.run(name, work)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(st.sampled_from("abcdefgh"), st.integers(0, 3)),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda t: t[0],
+    )
+)
+def test_every_completed_step_ran_exactly_once_whatever_fails(
+    plan: list[tuple[str, int]],
+) -> None:
+    steps = [name for name, _ in plan]
+    failures = dict(plan)
+
+    async def scenario() -> None:
+        calls.clear()
+        h = JobHarness(jobs=[scripted])
+        trace = await h(scripted, {"key": "s", "steps": steps, "failures": failures})
+        assert trace.state == "done"
+        assert trace.attempts == 1 + sum(failures.values())
+        for name in steps:
+            # each failure is one more call; the success is exactly one, then it replays
+            assert calls[name] == failures[name] + 1
+            assert trace.steps[name].executions == failures[name] + 1
+            assert trace.steps[name].output == failures[name] + 1
+
+    asyncio.run(scenario())
