@@ -1,0 +1,102 @@
+"""x db migrate (the Postgres schema, progress on stderr) and x db backfill --list (the ledger)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from ultimat3.core import FrozenClock
+from ultimat3.jobs.adapter import memory_job_driver
+from ultimat3.jobs.cli import main
+
+Capture = pytest.CaptureFixture[str]
+
+
+@pytest.fixture
+def migrations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """A stand-in ``ultimat3.jobs.postgres.migrate`` that reports progress and records calls."""
+    calls: list[dict[str, Any]] = []
+
+    async def migrate(dsn: str, *, schema: str | None = None, progress: Any = None) -> list[str]:
+        calls.append({"dsn": dsn, "schema": schema})
+        for name in ("0001_jobs", "0002_steps"):
+            if progress is not None:
+                progress(f"applying {name}")
+        return ["0001_jobs", "0002_steps"]
+
+    fake = types.ModuleType("ultimat3.jobs.postgres")
+    fake.migrate = migrate  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ultimat3.jobs.postgres", fake)
+    return calls
+
+
+def test_migrate_runs_on_the_database_url_with_progress_on_stderr(
+    capsys: Capture, migrations: list[dict[str, Any]]
+) -> None:
+    env = {"DATABASE_URL": "postgresql://app:s3cret@db:5432/app"}
+    assert main(["db", "migrate", "--json", "--schema", "jobs"], env=env) == 0
+    assert migrations == [{"dsn": "postgresql://app:s3cret@db:5432/app", "schema": "jobs"}]
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["migrated"] is True and out["schema"] == "jobs"
+    assert out["result"] == ["0001_jobs", "0002_steps"]
+    assert out["database"] == "postgresql://app:***@db:5432/app"
+    assert "applying 0001_jobs" in captured.err and "applying 0002_steps" in captured.err
+    assert "migrating postgresql://app:***@db:5432/app" in captured.err
+    assert "s3cret" not in captured.err + captured.out
+
+
+def test_migrate_prints_what_it_applied_without_json(
+    capsys: Capture, migrations: list[dict[str, Any]]
+) -> None:
+    assert main(["db", "migrate", "--database-url", "postgresql://db/app"], env={}) == 0
+    assert "applied 0001_jobs, 0002_steps" in capsys.readouterr().out
+
+
+def test_migrate_needs_a_database_url_even_with_a_given_driver(capsys: Capture) -> None:
+    assert main(["db", "migrate", "--json"], driver=memory_job_driver(), env={}) == 1
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "X_CONFIG_INVALID" and "DATABASE_URL" in error["fix"]
+
+
+def test_migrate_without_the_postgres_driver_is_config_invalid(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ultimat3.jobs.postgres", types.ModuleType("bare"))
+    assert main(["db", "migrate", "--json"], env={"DATABASE_URL": "postgresql://db/app"}) == 1
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "X_CONFIG_INVALID" and "migrate" in error["message"]
+
+
+def test_backfill_list_answers_the_whole_ledger_newest_first(capsys: Capture) -> None:
+    clock = FrozenClock("2026-03-01T00:00:00Z")
+    driver = memory_job_driver(clock=clock)
+
+    async def passes() -> tuple[str, str]:
+        old = await driver.backfills.begin("reindex", job_id="job-1", cursor=None)
+        await driver.backfills.advance(old.id, rows=500, cursor={"after": 500})
+        await driver.backfills.finish(old.id, state="done")
+        clock.advance("1m")
+        new = await driver.backfills.begin("rescore", job_id=None, cursor={"after": 0})
+        return old.id, new.id
+
+    old_id, new_id = asyncio.run(passes())
+    assert main(["db", "backfill", "--list", "--json"], driver=driver) == 0
+    rows = json.loads(capsys.readouterr().out)["backfills"]
+    assert [(r["id"], r["state"]) for r in rows] == [(new_id, "running"), (old_id, "done")]
+    assert rows[1]["rows"] == 500 and rows[1]["cursor"] == {"after": 500}
+    assert rows[1]["job_id"] == "job-1"
+
+    assert main(["db", "backfill", "--list"], driver=driver) == 0
+    text = capsys.readouterr().out
+    assert "reindex" in text and "rescore" in text and "500" in text
+
+
+def test_backfill_without_list_is_a_usage_error(capsys: Capture) -> None:
+    assert main(["db", "backfill"], driver=memory_job_driver()) == 2
+    assert "--list" in capsys.readouterr().err
