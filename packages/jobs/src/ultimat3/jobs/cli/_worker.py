@@ -2,8 +2,10 @@
 
 The attribute is a list of jobs. The worker (``ultimat3.jobs.job_worker``) is imported when the
 command runs, never at import time, and resolves the driver through the ``JOB_DRIVER`` port, so
-the command installs the driver it resolved there for the worker's life. SIGTERM and SIGINT both
-start the worker's drain (held jobs hear ``X_DRAINING``); the command exits once it ends.
+the command hands the worker the driver it resolved and installs it on ``JOB_DRIVER`` for the
+worker's life (an enqueue inside a body resolves it there). The command owns SIGTERM and SIGINT:
+either starts the worker's drain (held runs hear ``X_DRAINING`` naming the signal) and the
+command exits once the drain ends.
 """
 
 from __future__ import annotations
@@ -11,20 +13,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import inspect
 import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ultimat3.core import XError, swap_adapter
 from ultimat3.jobs._model import to_json_dict
 from ultimat3.jobs.adapter import JOB_DRIVER
 
-from ._driver import load_callable, maybe_await
 from ._invocation import Commands, Invocation
 from ._output import Answer
+
+if TYPE_CHECKING:
+    from ultimat3.jobs import JobWorker
 
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 _APP_FIX: Final = "pass --app myapp.jobs:JOBS, where JOBS = [onboard_org, send_digest]"
@@ -108,21 +111,20 @@ def parse_queues(text: str | None) -> list[str] | None:
 
 
 async def serve(
-    worker: Any,
+    worker: JobWorker,
     *,
     progress: Callable[[str], None],
     signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
 ) -> str:
-    """Start ``worker``, wait for one of ``signals``, drain it; answers the signal's name.
-    ``start()`` may return at once (the worker runs in the background) or run until the drain
-    ends it; both are served. A refusal at start raises before any signal is awaited."""
+    """Start ``worker``, wait for one of ``signals``, drain it (held runs hear ``X_DRAINING``
+    naming the signal); answers the signal's name. A refusal at start raises at once."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[str] = []
 
     def on_signal(sig: signal.Signals) -> None:
         if received:
-            progress(f"x worker: {sig.name} again: already draining, waiting for held jobs")
+            progress(f"x worker: {sig.name} again: already draining, waiting for held runs")
         received.append(sig.name)
         stop.set()
 
@@ -133,67 +135,43 @@ async def serve(
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
             continue
         installed.append(sig)
-    starting = asyncio.ensure_future(maybe_await(worker.start()))
-    waiting = asyncio.ensure_future(stop.wait())
     try:
-        done, _ = await asyncio.wait({starting, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        if starting in done:
-            starting.result()  # a refusal at start raises here, before any drain
-            if not received:
-                progress("x worker: running; SIGTERM or Ctrl-C drains and stops it")
-            await waiting
+        await worker.start()
+        if not received:
+            progress(f"x worker: {worker.id} running; SIGTERM or Ctrl-C drains and stops it")
+        await stop.wait()
         progress(f"x worker: {received[0]} received: draining")
-        await maybe_await(worker.drain())
-        if not starting.done():
-            await starting
+        await worker.drain(signal_name=received[0])
         return received[0]
     finally:
-        for task in (starting, waiting):
-            if not task.done():
-                task.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
 
 
 async def cmd_worker(inv: Invocation) -> Answer:
+    from ultimat3.jobs import job_worker  # the engine loads only when a worker runs
+
     a = inv.args
     jobs = load_jobs(a.app)
     queues = parse_queues(a.queues)
-    job_worker = load_callable(
-        "ultimat3.jobs",
-        "job_worker",
-        what="the worker (ultimat3.jobs.job_worker)",
-        fix="pip install -U ultimat3-jobs",
-    )
     driver = await inv.driver()
-    kwargs: dict[str, Any] = {"jobs": jobs}
-    if queues is not None:
-        kwargs["queues"] = queues
-    if a.max_in_flight is not None:
-        kwargs["max_in_flight"] = a.max_in_flight
-    if "driver" in _parameters(job_worker):
-        kwargs["driver"] = driver
-    with swap_adapter(JOB_DRIVER, driver):
-        worker = job_worker(**kwargs)
+    with swap_adapter(JOB_DRIVER, driver):  # what an enqueue inside a body resolves
+        worker = job_worker(
+            jobs=jobs,
+            queues=queues,
+            max_in_flight=a.max_in_flight,
+            driver=driver,
+            handle_signals=False,  # this command owns SIGTERM and SIGINT
+        )
         inv.progress(
             f"x worker: {len(jobs)} job(s) from {a.app} on the {driver.name} driver, "
-            f"queues {', '.join(queues) if queues else '(every declared queue)'}"
+            f"queues {', '.join(worker.queues)}"
         )
         received = await serve(worker, progress=inv.progress)
-        stats_fn = getattr(worker, "stats", None)
-        stats = None if stats_fn is None else await maybe_await(stats_fn())
-    data = {
-        "app": a.app,
-        "queues": queues,
-        "max_in_flight": a.max_in_flight,
-        "signal": received,
-        "stats": to_json_dict(stats),
-    }
-    return Answer(data, f"x worker: stopped after {received}")
-
-
-def _parameters(fn: Any) -> set[str]:
-    try:
-        return set(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return set()
+    stats = worker.stats()
+    data = {"app": a.app, "signal": received, "stats": to_json_dict(stats)}
+    return Answer(
+        data,
+        f"x worker: stopped after {received}: {stats.completed} completed, {stats.retried} "
+        f"retried, {stats.dead_lettered} dead-lettered, {stats.released} handed back",
+    )
