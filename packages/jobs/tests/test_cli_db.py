@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 import types
+import uuid
 from typing import Any
 
 import pytest
@@ -55,7 +56,7 @@ def test_migrate_prints_what_it_applied_without_json(
     capsys: Capture, migrations: list[dict[str, Any]]
 ) -> None:
     assert main(["db", "migrate", "--database-url", "postgresql://db/app"], env={}) == 0
-    assert "applied 0001_jobs, 0002_steps" in capsys.readouterr().out
+    assert "applied versions 0001_jobs, 0002_steps" in capsys.readouterr().out
 
 
 def test_migrate_needs_a_database_url_even_with_a_given_driver(capsys: Capture) -> None:
@@ -100,3 +101,60 @@ def test_backfill_list_answers_the_whole_ledger_newest_first(capsys: Capture) ->
 def test_backfill_without_list_is_a_usage_error(capsys: Capture) -> None:
     assert main(["db", "backfill"], driver=memory_job_driver()) == 2
     assert "--list" in capsys.readouterr().err
+
+
+# --- against the real server (DATABASE_URL; never skipped) --------------------------------------
+
+
+def test_migrate_list_and_show_against_postgres(capsys: Capture, database_url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    from ultimat3.core import new_id
+    from ultimat3.jobs.adapter import EnqueueRequest
+    from ultimat3.jobs.postgres import postgres_job_driver
+
+    schema = f"x_cli_{uuid.uuid4().hex[:16]}"
+    env = {"DATABASE_URL": database_url}
+    try:
+        assert main(["db", "migrate", "--json", "--schema", schema], env=env) == 0
+        first = json.loads(capsys.readouterr().out)
+        assert first["migrated"] is True and first["result"]
+        assert main(["db", "migrate", "--json", "--schema", schema], env=env) == 0
+        assert json.loads(capsys.readouterr().out)["result"] == []
+
+        job_id = new_id()
+
+        async def enqueue() -> None:
+            driver = postgres_job_driver(database_url, schema=schema)
+            try:
+                request = EnqueueRequest(
+                    id=job_id,
+                    run_id=new_id(),
+                    name="onboard",
+                    queue="default",
+                    payload={"n": 1},
+                    idempotency_key=f"onboard:{job_id}",
+                    max_attempts=3,
+                )
+                await driver.enqueue(request)
+            finally:
+                await driver.close()
+
+        asyncio.run(enqueue())
+        assert main(["jobs", "list", "--json", "--schema", schema], env=env) == 0
+        rows = json.loads(capsys.readouterr().out)["jobs"]
+        assert [(r["id"], r["state"]) for r in rows] == [(job_id, "ready")]
+        assert main(["jobs", "show", job_id, "--json", "--schema", schema], env=env) == 0
+        assert json.loads(capsys.readouterr().out)["idempotency_key"] == f"onboard:{job_id}"
+        assert main(["jobs", "show", new_id(), "--json", "--schema", schema], env=env) == 1
+        assert json.loads(capsys.readouterr().err)["error"]["code"] == "X_JOB_NOT_FOUND"
+    finally:
+
+        async def drop() -> None:
+            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+                await c.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
+
+        asyncio.run(drop())

@@ -88,7 +88,7 @@ def _applied(result: Any) -> str:
     if isinstance(result, list | tuple):
         if not result:
             return ": nothing to apply"
-        return f": applied {', '.join(str(r) for r in result)}"
+        return f": applied versions {', '.join(str(r) for r in result)}"
     return ""
 
 
