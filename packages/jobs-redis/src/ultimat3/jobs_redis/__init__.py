@@ -1,3 +1,21 @@
-"""ultimat3.jobs_redis: the distribution exists; its capability lands with its own issue."""
+"""ultimat3.jobs_redis: the Redis job driver, the second durable driver for ``ultimat3.jobs``.
 
-__all__: list[str] = []
+``install_job_driver(redis_job_driver("redis://127.0.0.1:6379/0"))``: every ``JobDriver`` member
+as one atomic Lua script, plus the lease store (fleet-wide ``concurrency`` and ``with_lock``),
+introspection, the worker registry, task fires, counters and the backfill ledger. Where a
+guarantee differs from the Postgres driver, ``docs/redis.md`` says which and why.
+"""
+
+from ._backfills import RedisBackfillLedger
+from ._driver import RedisJobDriver, RedisStepStore, redis_job_driver
+from ._introspect import RedisJobIntrospection
+from ._leases import RedisLeaseStore
+
+__all__ = [
+    "RedisBackfillLedger",
+    "RedisJobDriver",
+    "RedisJobIntrospection",
+    "RedisLeaseStore",
+    "RedisStepStore",
+    "redis_job_driver",
+]

@@ -1,0 +1,115 @@
+"""Values to and from the driver's scripts: JSON text, optional arguments, rows and steps.
+
+A client may decode responses or not, so every value read back goes through :func:`text`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ultimat3.core import XError, dumps_json, from_epoch_ms
+from ultimat3.jobs._model import JobDetail, JobRow, StepRecord
+
+
+def text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def maybe_text(value: object) -> str | None:
+    return None if value is None else text(value)
+
+
+def opt(value: object | None) -> str:
+    """An optional argument: ``""`` for ``None``, else ``"=" + value``."""
+    return "" if value is None else "=" + str(value)
+
+
+def freeze(value: Any, *, what: str, code: str = "X_INVARIANT") -> str:
+    """``value`` as JSON text (core's JSON form); refuses what has none with ``code``."""
+    try:
+        return dumps_json(value)
+    except XError as exc:
+        raise XError(code, f"{what}: {exc.message}", fix=exc.fix, meta=exc.meta) from exc
+
+
+def thaw(value: object) -> Any:
+    return None if value is None else json.loads(text(value))
+
+
+def live_key(name: str, tenant_id: str | None, idempotency_key: str) -> str:
+    """The live key as one string: ``None`` and ``""`` tenants stay distinct."""
+    return json.dumps([name, tenant_id, idempotency_key], separators=(",", ":"))
+
+
+def pairs(flat: Sequence[Any]) -> dict[str, Any]:
+    """A flat ``[field, value, ...]`` reply (``HGETALL`` from a script) as a dict."""
+    return {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+def _int(h: Mapping[str, Any], name: str) -> int | None:
+    value = h.get(name)
+    return None if value is None else int(text(value))
+
+
+def _time(h: Mapping[str, Any], name: str) -> Any:
+    ms = _int(h, name)
+    return None if ms is None else from_epoch_ms(ms)
+
+
+def _row_fields(h: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": text(h["id"]),
+        "run_id": text(h["run_id"]),
+        "name": text(h["name"]),
+        "queue": text(h["queue"]),
+        "state": text(h["state"]),
+        "attempts": _int(h, "attempts"),
+        "max_attempts": _int(h, "max_attempts"),
+        "run_at": _time(h, "run_at"),
+        "created_at": _time(h, "created_at"),
+        "updated_at": _time(h, "updated_at"),
+        "idempotency_key": text(h["idempotency_key"]),
+        "payload": thaw(h.get("payload")),
+        "tenant_id": maybe_text(h.get("tenant_id")),
+        "concurrency_key": maybe_text(h.get("concurrency_key")),
+        "last_error": thaw(h.get("last_error")),
+        "progress": thaw(h.get("progress")),
+        "result": thaw(h.get("result")),
+        "worker_id": maybe_text(h.get("worker_id")),
+        "lease_expires_at": _time(h, "lease_expires_at"),
+        "finished_at": _time(h, "finished_at"),
+    }
+
+
+def job_row(flat: Sequence[Any]) -> JobRow:
+    return JobRow(**_row_fields(pairs(flat)))
+
+
+def job_detail(flat: Sequence[Any], steps: dict[str, StepRecord]) -> JobDetail:
+    return JobDetail(**_row_fields(pairs(flat)), steps=steps)
+
+
+def step_record(name: str, raw: object) -> tuple[int, StepRecord]:
+    """One stored step (cjson ``{s, n, o, e, u, q}``) and its first-record sequence number."""
+    rec = json.loads(text(raw))
+    output, error = rec.get("o"), rec.get("e")
+    updated = rec.get("u")
+    return int(rec.get("q") or 0), StepRecord(
+        name=name,
+        state=rec["s"],
+        executions=int(rec.get("n") or 0),
+        output=None if output is None else json.loads(output),
+        error=None if error is None else json.loads(error),
+        updated_at=None if updated is None else from_epoch_ms(int(updated)),
+    )
+
+
+def step_records(flat: Sequence[Any]) -> dict[str, StepRecord]:
+    """The steps hash, in the order the steps were first recorded."""
+    decoded = [step_record(name, raw) for name, raw in pairs(flat).items()]
+    decoded.sort(key=lambda pair: pair[0])
+    return {rec.name: rec for _, rec in decoded}

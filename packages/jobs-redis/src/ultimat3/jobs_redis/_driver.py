@@ -1,0 +1,561 @@
+"""The Redis job driver: every ``JobDriver`` member as one atomic Lua script on the server.
+
+Time is the Redis server's clock (``TIME`` inside each script), never the worker's. Rows live in
+hashes under the driver's prefix (a hash tag, ``{x}:``), indexed by sorted sets: the waiting rows
+of a queue by ``run_at`` (ready, delayed and suspended rows: a delayed row is "promoted" simply by
+its score coming due), the running rows of a queue by lease expiry (a lapsed lease is rescued by the
+next claim), every row by ``(created_at, id)`` for the operator's keyset pages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ultimat3.core import XError, from_epoch_ms, log_event, new_id
+from ultimat3.jobs._model import (
+    DEAD_RETENTION_MS,
+    DONE_RETENTION_MS,
+    ENQUEUE_CHUNK,
+    MAX_ENQUEUE_BATCH,
+    ClaimedJob,
+    EnqueueRequest,
+    EnqueueResult,
+    NackOutcome,
+    QueueStats,
+    StepRecord,
+    StepState,
+    WorkerRow,
+)
+
+from ._backfills import RedisBackfillLedger
+from ._codec import freeze, live_key, maybe_text, opt, pairs, step_records, text
+from ._introspect import RedisJobIntrospection
+from ._leases import RedisLeaseStore
+from ._scripts import Arg, ScriptRunner
+
+NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
+STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
+DEFAULT_CONNECT_TIMEOUT_S: Final = 0.5
+DEFAULT_COMMAND_TIMEOUT_S: Final = 10.0
+_PURGE_BATCH: Final = 1000
+_STATE_FIELDS: Final = ("ready", "delayed", "running", "suspended", "done", "failed", "dead",
+                        "cancelled")  # fmt: skip
+
+
+def _positive(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise XError(
+            "X_INVARIANT",
+            f"{what} {value!r} is not a positive whole number of milliseconds",
+            fix=f"pass {what}=30000 or another positive int",
+        )
+    return value
+
+
+def _lease_lost_template() -> str:
+    """``XError('X_JOB_LEASE_LOST', ...).to_dict()`` as JSON, its message left for the claim
+    script to fill in (it knows the attempts and the worker)."""
+    return json.dumps(XError("X_JOB_LEASE_LOST", "@@MSG@@").to_dict())
+
+
+class RedisStepStore:
+    """``StepStore`` in Redis beside the job: one hash per job, one field per step."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self._r = runner
+
+    async def load(self, job_id: str) -> dict[str, StepRecord]:
+        return step_records(await self._r.run("steps_load", job_id, op="load steps"))
+
+    async def record(
+        self,
+        job_id: str,
+        name: str,
+        *,
+        state: StepState,
+        worker_id: str,
+        claim: str,
+        output: Any = None,
+        error: Mapping[str, Any] | None = None,
+    ) -> bool:
+        if state not in STEP_STATES:
+            raise XError(
+                "X_INVARIANT",
+                f"job {job_id} step {name!r}: {state!r} is not a step state",
+                fix="record 'started', 'completed' or 'failed'",
+            )
+        if not name:
+            raise XError("X_INVARIANT", f"job {job_id}: a step name is empty", fix="name the step")
+        try:
+            output_json = freeze(
+                output,
+                what=f"job {job_id} step {name!r} output",
+                code="X_STEP_OUTPUT_UNSERIALIZABLE",
+            )
+            error_json = None if error is None else freeze(error, what=f"job {job_id} step error")
+        except XError:
+            # A write that would not land answers False, as it would with a storable value.
+            if not await self._r.run("fence", job_id, worker_id, claim, name, op="record a step"):
+                return False
+            raise
+        landed = await self._r.run(
+            "step_record",
+            job_id,
+            name,
+            state,
+            worker_id,
+            claim,
+            opt(output_json),
+            opt(error_json),
+            op="record a step",
+        )
+        return bool(landed)
+
+
+class RedisJobDriver:
+    """The ``JobDriver`` on Redis. Build it with :func:`redis_job_driver`."""
+
+    def __init__(self, client: Redis, *, prefix: str, owns_client: bool) -> None:
+        self._client = client
+        self._owns_client = owns_client
+        self._prefix = prefix
+        self._r = ScriptRunner(client, prefix)
+        self._steps = RedisStepStore(self._r)
+        self._lease_lost = _lease_lost_template()
+        self.leases = RedisLeaseStore(self._r)
+        self.introspect = RedisJobIntrospection(self._r)
+        self.backfills = RedisBackfillLedger(self._r)
+
+    def __repr__(self) -> str:
+        return f"RedisJobDriver(redis={self._r.where!r}, prefix={self._prefix!r})"
+
+    @property
+    def name(self) -> str:
+        return "redis"
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix: every key of this driver starts with ``{prefix}:``."""
+        return self._prefix
+
+    @property
+    def client(self) -> Redis:
+        return self._client
+
+    @property
+    def steps(self) -> RedisStepStore:
+        return self._steps
+
+    async def now_ms(self) -> int:
+        """The Redis server's clock, epoch milliseconds."""
+        return int(await self._r.run("now", op="read the clock"))
+
+    def owns_connection(self, connection: object) -> bool:
+        """Never: Redis joins no database transaction, so an enqueue made inside one is staged in
+        the transactional outbox and the relay moves it here once the transaction commits."""
+        return False
+
+    # --- enqueue --------------------------------------------------------------------------
+
+    def _prepare(self, req: EnqueueRequest) -> list[Arg]:
+        """Check one request; answers its 12 script arguments. Nothing is written."""
+        for field_name in ("id", "run_id", "name", "queue", "idempotency_key"):
+            value = getattr(req, field_name)
+            if not isinstance(value, str) or not value:
+                raise XError(
+                    "X_INVARIANT",
+                    f"enqueue of job {req.id!r} ({req.name!r}): {field_name} is empty",
+                    fix="enqueue through the job handle (job.enqueue), which fills every field",
+                    meta={"job_id": req.id, "field": field_name},
+                )
+        attempts = req.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise XError(
+                "X_INVARIANT",
+                f"enqueue of job {req.id} ({req.name}): max_attempts {attempts!r} is not >= 1",
+                fix="declare retry=Retry(attempts=n) with n >= 1",
+            )
+        for field_name in ("delay_ms", "run_at_ms"):
+            value = getattr(req, field_name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise XError(
+                    "X_INVARIANT",
+                    f"enqueue of job {req.id} ({req.name}): {field_name} {value!r} is not a "
+                    "whole number of milliseconds",
+                    fix="enqueue through the job handle, with delay= or run_at=",
+                )
+        payload = freeze(req.payload, what=f"the payload of job {req.id} ({req.name})")
+        return [
+            req.id,
+            req.run_id,
+            req.name,
+            req.queue,
+            payload,
+            req.idempotency_key,
+            attempts,
+            opt(req.tenant_id),
+            opt(req.concurrency_key),
+            opt(req.delay_ms),
+            opt(req.run_at_ms),
+            live_key(req.name, req.tenant_id, req.idempotency_key),
+        ]
+
+    @staticmethod
+    def _results(reply: Sequence[Any]) -> list[EnqueueResult]:
+        return [
+            EnqueueResult(id=text(reply[i]), run_id=text(reply[i + 1]), deduped=bool(reply[i + 2]))
+            for i in range(0, len(reply), 3)
+        ]
+
+    async def enqueue(
+        self, request: EnqueueRequest, *, connection: object | None = None
+    ) -> EnqueueResult:
+        """One script run: dedupe on the live key, then on the id, else insert."""
+        args = self._prepare(request)
+        reply = await self._r.run("enqueue", 1, *args, op="enqueue")
+        return self._results(reply)[0]
+
+    async def enqueue_many(
+        self, requests: Sequence[EnqueueRequest], *, connection: object | None = None
+    ) -> list[EnqueueResult]:
+        """All or nothing: every request is checked before the first is written, and the chunks
+        (one script run per ``ENQUEUE_CHUNK`` requests) go in one ``MULTI``/``EXEC``."""
+        if len(requests) > MAX_ENQUEUE_BATCH:
+            raise XError(
+                "X_JOB_ENQUEUE_BATCH_TOO_LARGE",
+                f"enqueue_many of {len(requests)} jobs is past MAX_ENQUEUE_BATCH "
+                f"({MAX_ENQUEUE_BATCH})",
+                fix="page the source with backfill(), or enqueue at most 10,000 at a time",
+            )
+        if not requests:
+            return []
+        prepared = [self._prepare(req) for req in requests]
+        batches: list[list[Arg]] = []
+        for start in range(0, len(prepared), ENQUEUE_CHUNK):
+            chunk = prepared[start : start + ENQUEUE_CHUNK]
+            args: list[Arg] = [len(chunk)]
+            for one in chunk:
+                args.extend(one)
+            batches.append(args)
+        if len(batches) == 1:
+            replies = [await self._r.run("enqueue", *batches[0], op="enqueue")]
+        else:
+            replies = await self._r.run_many("enqueue", batches, op="enqueue")
+        return [result for reply in replies for result in self._results(reply)]
+
+    # --- claim ----------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        visibility_timeout_ms: int,
+        no_dead_letter: Collection[str] = (),
+    ) -> list[ClaimedJob]:
+        _positive(visibility_timeout_ms, "visibility_timeout_ms")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise XError("X_INVARIANT", f"claim: limit {limit!r} is not a count", fix="limit=1+")
+        if not worker_id:
+            raise XError("X_INVARIANT", "claim: worker_id is empty", fix="name the worker")
+        queue_list = list(queues)
+        nodead = list(no_dead_letter)
+        reply = await self._r.run(
+            "claim",
+            worker_id,
+            limit,
+            visibility_timeout_ms,
+            new_id(),
+            self._lease_lost,
+            len(queue_list),
+            *queue_list,
+            len(nodead),
+            *nodead,
+            op="claim",
+        )
+        now = int(reply[0])
+        for buried in reply[2]:
+            job_id, name, queue, attempts, max_attempts, state, worker = (text(v) for v in buried)
+            log_event(
+                "jobs.claim.exhausted",
+                job_id=job_id,
+                job=name,
+                queue=queue,
+                attempts=int(attempts),
+                max_attempts=int(max_attempts),
+                state=state,
+                worker_id=worker or None,
+            )
+        return [
+            ClaimedJob(
+                id=text(c[0]),
+                run_id=text(c[1]),
+                name=text(c[2]),
+                queue=text(c[3]),
+                payload=json.loads(text(c[4])),
+                attempt=int(c[5]),
+                max_attempts=int(text(c[6])),
+                claim=text(c[7]),
+                worker_id=worker_id,
+                claimed_at_ms=now,
+                lease_expires_at_ms=int(c[8]),
+                idempotency_key=text(c[9]),
+                tenant_id=maybe_text(c[10]),
+                concurrency_key=maybe_text(c[11]),
+                created_at_ms=int(text(c[12])),
+            )
+            for c in reply[1]
+        ]
+
+    # --- settles (fenced) -----------------------------------------------------------------
+
+    async def ack(
+        self,
+        job_id: str,
+        *,
+        worker_id: str,
+        claim: str,
+        result: Any = None,
+        duration_ms: int | None = None,
+    ) -> bool:
+        try:
+            result_json = freeze(
+                result, what=f"the result of job {job_id}", code="X_STEP_OUTPUT_UNSERIALIZABLE"
+            )
+        except XError:
+            if not await self._r.run("fence", job_id, worker_id, claim, op="ack"):
+                return False
+            raise
+        landed = await self._r.run(
+            "ack", job_id, worker_id, claim, opt(result_json), opt(duration_ms), op="ack"
+        )
+        return bool(landed)
+
+    async def nack(
+        self,
+        job_id: str,
+        *,
+        worker_id: str,
+        claim: str,
+        outcome: NackOutcome,
+        error: Mapping[str, Any] | None = None,
+        delay_ms: int | None = None,
+        run_at_ms: int | None = None,
+        wait_event: str | None = None,
+    ) -> bool:
+        if outcome not in NACK_OUTCOMES:
+            raise XError(
+                "X_INVARIANT",
+                f"nack of job {job_id}: {outcome!r} is not an outcome",
+                fix=f"use one of {', '.join(NACK_OUTCOMES)}",
+            )
+        try:
+            error_json = None if error is None else freeze(error, what=f"job {job_id} error")
+        except XError:
+            if not await self._r.run("fence", job_id, worker_id, claim, op="nack"):
+                return False
+            raise
+        landed = await self._r.run(
+            "nack",
+            job_id,
+            worker_id,
+            claim,
+            outcome,
+            opt(error_json),
+            opt(delay_ms),
+            opt(run_at_ms),
+            opt(wait_event),
+            op="nack",
+        )
+        return bool(landed)
+
+    async def heartbeat(
+        self, job_id: str, *, worker_id: str, claim: str, visibility_timeout_ms: int
+    ) -> bool:
+        _positive(visibility_timeout_ms, "visibility_timeout_ms")
+        landed = await self._r.run(
+            "heartbeat", job_id, worker_id, claim, visibility_timeout_ms, op="heartbeat"
+        )
+        return bool(landed)
+
+    async def progress(
+        self, job_id: str, *, worker_id: str, claim: str, progress: Mapping[str, Any]
+    ) -> bool:
+        try:
+            progress_json = freeze(dict(progress), what=f"job {job_id} progress")
+        except XError:
+            if not await self._r.run("fence", job_id, worker_id, claim, op="progress"):
+                return False
+            raise
+        landed = await self._r.run(
+            "progress", job_id, worker_id, claim, progress_json, op="progress"
+        )
+        return bool(landed)
+
+    async def wake_waiters(self, event: str) -> int:
+        return int(await self._r.run("wake", event, op="wake waiters"))
+
+    async def stats(self) -> list[QueueStats]:
+        reply = await self._r.run("stats", op="read stats")
+        out: list[QueueStats] = []
+        for i in range(0, len(reply), 2):
+            counts = {k: int(text(v)) for k, v in pairs(reply[i + 1]).items()}
+            counts = {k: v for k, v in counts.items() if k in _STATE_FIELDS and v > 0}
+            if counts:
+                out.append(QueueStats(queue=text(reply[i]), **counts))
+        out.sort(key=lambda s: s.queue)
+        return out
+
+    async def close(self) -> None:
+        """Closes the client when the driver made it (from a URL); a client you passed in is
+        yours to close."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    # --- workers, task fires, purge (driver extras) -----------------------------------------
+
+    async def register_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        queues: Sequence[str],
+        slots: int | None,
+        visibility_timeout_ms: int,
+    ) -> WorkerRow:
+        _positive(visibility_timeout_ms, "visibility_timeout_ms")
+        if not worker_id:
+            raise XError("X_INVARIANT", "register_worker: the id is empty", fix="name the worker")
+        now = int(
+            await self._r.run(
+                "worker_register",
+                worker_id,
+                host,
+                json.dumps(list(queues)),
+                opt(slots),
+                visibility_timeout_ms,
+                op="register a worker",
+            )
+        )
+        return WorkerRow(
+            id=worker_id,
+            host=host,
+            started_at=from_epoch_ms(now),
+            queues=tuple(queues),
+            slots=slots,
+            in_flight=(),
+            last_heartbeat_at=from_epoch_ms(now),
+        )
+
+    async def worker_heartbeat(self, worker_id: str, *, in_flight: Sequence[str]) -> bool:
+        landed = await self._r.run(
+            "worker_heartbeat", worker_id, json.dumps(list(in_flight)), op="worker heartbeat"
+        )
+        return bool(landed)
+
+    async def deregister_worker(self, worker_id: str) -> bool:
+        return bool(await self._r.run("worker_deregister", worker_id, op="deregister a worker"))
+
+    async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
+        if not task:
+            raise XError("X_INVARIANT", "record_task_fire: the task name is empty", fix="name it")
+        if isinstance(occurrence_ms, bool) or not isinstance(occurrence_ms, int):
+            raise XError(
+                "X_INVARIANT",
+                f"record_task_fire {task!r}: occurrence {occurrence_ms!r} is not epoch ms",
+                fix="pass the occurrence as an int of epoch milliseconds",
+            )
+        return bool(await self._r.run("task_fire", task, occurrence_ms, op="record a task fire"))
+
+    async def purge(
+        self,
+        *,
+        done_older_than_ms: int = DONE_RETENTION_MS,
+        dead_older_than_ms: int = DEAD_RETENTION_MS,
+    ) -> int:
+        """Delete ``done`` rows finished more than ``done_older_than_ms`` ago and ``failed`` /
+        ``dead`` / ``cancelled`` ones past ``dead_older_than_ms`` (with their steps), 1,000 rows a
+        script run so the server is never held long; then drop expired workers and counter
+        buckets. Answers how many jobs were deleted."""
+        for value, what in ((done_older_than_ms, "done_older_than_ms"),
+                            (dead_older_than_ms, "dead_older_than_ms")):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise XError(
+                    "X_INVARIANT",
+                    f"purge: {what} {value!r} is not a whole number of milliseconds >= 0",
+                    fix=f"pass {what}=86400000 (a day) or another int",
+                )
+        total = 0
+        while True:
+            deleted, more = await self._r.run(
+                "purge", done_older_than_ms, dead_older_than_ms, _PURGE_BATCH, op="purge"
+            )
+            total += int(deleted)
+            if not int(more):
+                return total
+
+
+def redis_job_driver(
+    url_or_client: str | Redis,
+    *,
+    prefix: str = "x",
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+    command_timeout: float = DEFAULT_COMMAND_TIMEOUT_S,
+) -> RedisJobDriver:
+    """The Redis job driver over ``redis.asyncio``.
+
+    ``url_or_client``: a ``redis://`` / ``rediss://`` / ``unix://`` URL (the driver makes the
+    client, with a ``connect_timeout`` socket connect timeout and at most one immediate retry, so
+    an enqueue while Redis is down is ``X_DRIVER_UNAVAILABLE`` at once; ``close()`` closes it), or
+    a ``redis.asyncio.Redis`` you made (yours to configure and to close).
+
+    ``prefix``: every key is ``{prefix}:...``; the braces are a hash tag, so every key of one
+    driver lives in one Redis Cluster slot. Two drivers with different prefixes share nothing.
+    """
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}\r\n"):
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"redis_job_driver: prefix {prefix!r} is not a usable key prefix",
+            fix="pass a non-empty prefix without braces or newlines, e.g. prefix='x'",
+            meta={"prefix": repr(prefix)},
+        )
+    for value, what in ((connect_timeout, "connect_timeout"),
+                        (command_timeout, "command_timeout")):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"redis_job_driver: {what} {value!r} is not a positive number of seconds",
+                fix=f"pass {what}=0.5 or another positive number of seconds",
+                meta={what: repr(value)},
+            )
+    if isinstance(url_or_client, Redis):
+        return RedisJobDriver(url_or_client, prefix=prefix, owns_client=False)
+    if not isinstance(url_or_client, str) or not url_or_client:
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"redis_job_driver: {url_or_client!r} is neither a Redis URL nor a "
+            "redis.asyncio.Redis client",
+            fix="pass redis_job_driver('redis://127.0.0.1:6379/0') or a redis.asyncio.Redis",
+        )
+    try:
+        client = Redis.from_url(
+            url_or_client,
+            socket_connect_timeout=connect_timeout,
+            socket_timeout=command_timeout,
+            retry=Retry(NoBackoff(), 1),
+        )
+    except ValueError as exc:
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"redis_job_driver: the URL {url_or_client!r} is not a Redis URL ({exc})",
+            fix="pass redis://host:port/db, rediss://... or unix:///path/to/redis.sock",
+            meta={"url": url_or_client},
+        ) from exc
+    return RedisJobDriver(client, prefix=prefix, owns_client=True)

@@ -1,0 +1,206 @@
+-- The prelude every script of the Redis job driver starts with (the driver concatenates it in
+-- front of each script body before register_script). KEYS[1] is the key prefix, "{x}:": every
+-- key a script touches starts with it, so all of them hash to one cluster slot.
+--
+-- Keys (P = KEYS[1]):
+--   P.."j:"..id      hash   one job row (fields named as JobRow's, plus lk, claim, wait_event,
+--                           sseq); absent field = None
+--   P.."s:"..id      hash   the job's steps: step name -> cjson {s, n, o, e, u, q}
+--   P.."live"        hash   live key -> id (rows in ready/delayed/running/suspended only)
+--   P.."w:"..queue   zset   waiting rows (ready, delayed, suspended) scored by run_at
+--   P.."r:"..queue   zset   running rows scored by lease_expires_at
+--   P.."ix"          zset   every row, lex members "%016d(created_at):id" (score 0)
+--   P.."ix:"..state  zset   the same, per state
+--   P.."fd" / "fe"   zset   done / (failed, dead, cancelled) rows scored by finished_at
+--   P.."ev:"..event  set    ids suspended waiting on event
+--   P.."q:"..queue   hash   state -> row count; P.."queues" set of every queue seen
+--   P.."pq" / "pt"   set    paused queues / tasks; P.."tf" hash task -> "occurrence:fired_at"
+--   P.."wk:"..id     hash   one registered worker; P.."wks" set of worker ids
+--   P.."ls:"..key    hash   lease slots: h<slot> holder, t<slot> token, e<slot> expiry
+--   P.."lseq"        string the lease fencing-token counter
+--   P.."c:"..tier..":"..start hash counter bucket (kind letter .. job name -> count);
+--   P.."cb:"..tier   zset   bucket starts of a tier
+--   P.."bf:"..id     hash   one backfill pass; P.."bfo" zset of pass ids by sequence
+
+local P = KEYS[1]
+
+local LIVE = { ready = true, delayed = true, running = true, suspended = true }
+local WAITING = { ready = true, delayed = true, suspended = true }
+local TERMINAL = { done = true, failed = true, dead = true, cancelled = true }
+local TIERS = __COUNTER_TIERS__
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A whole number as Redis should store it (never in exponent form).
+local function N(x)
+  return string.format('%.0f', x)
+end
+
+-- Optional arguments cross as "" (None) or "=" .. value.
+local function opt(a)
+  if a == nil or a == '' then
+    return nil
+  end
+  return string.sub(a, 2)
+end
+
+-- Byte-wise a < b (Lua's own "<" follows the server's locale).
+local function lt(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+local function ixm(created, id)
+  return string.format('%016.0f', tonumber(created)) .. ':' .. id
+end
+
+local function hgetall(key)
+  local flat = redis.call('HGETALL', key)
+  local t = {}
+  for i = 1, #flat, 2 do
+    t[flat[i]] = flat[i + 1]
+  end
+  return t
+end
+
+-- The fields move() and delete_row() need, read from the row's hash.
+local ROW_FIELDS = { 'id', 'queue', 'state', 'created_at', 'lk', 'wait_event', 'name' }
+local function load(id)
+  local f = redis.call('HMGET', P .. 'j:' .. id, unpack(ROW_FIELDS))
+  if not f[1] then
+    return nil
+  end
+  return {
+    id = f[1], queue = f[2], state = f[3], created_at = f[4], lk = f[5],
+    wait_event = f[6] or nil, name = f[7],
+  }
+end
+
+local function held(id, worker, claim)
+  local f = redis.call('HMGET', P .. 'j:' .. id, 'state', 'worker_id', 'claim')
+  return f[1] == 'running' and f[2] == worker and f[3] == claim
+end
+
+-- Move row r (a table from load(), or a fresh one with state nil) to state `to`, keeping every
+-- index exact. `score`: run_at for a waiting state, lease expiry for running, finished_at for a
+-- terminal state.
+local function move(r, to, now, score)
+  local from = r.state
+  local id = r.id
+  if from ~= to then
+    local m = ixm(r.created_at, id)
+    if from then
+      redis.call('ZREM', P .. 'ix:' .. from, m)
+      redis.call('HINCRBY', P .. 'q:' .. r.queue, from, -1)
+    end
+    redis.call('ZADD', P .. 'ix:' .. to, 0, m)
+    redis.call('HINCRBY', P .. 'q:' .. r.queue, to, 1)
+    if from == 'running' then
+      redis.call('ZREM', P .. 'r:' .. r.queue, id)
+    elseif WAITING[from] and not WAITING[to] then
+      redis.call('ZREM', P .. 'w:' .. r.queue, id)
+    elseif from == 'done' then
+      redis.call('ZREM', P .. 'fd', id)
+    elseif TERMINAL[from] and not TERMINAL[to] then
+      redis.call('ZREM', P .. 'fe', id)
+    end
+    if LIVE[from] and not LIVE[to] then
+      if redis.call('HGET', P .. 'live', r.lk) == id then
+        redis.call('HDEL', P .. 'live', r.lk)
+      end
+    elseif LIVE[to] and not LIVE[from] then
+      redis.call('HSET', P .. 'live', r.lk, id)
+    end
+  end
+  if to == 'running' then
+    redis.call('ZADD', P .. 'r:' .. r.queue, N(score), id)
+  elseif WAITING[to] then
+    redis.call('ZADD', P .. 'w:' .. r.queue, N(score), id)
+  elseif to == 'done' then
+    redis.call('ZADD', P .. 'fd', N(score), id)
+  else
+    redis.call('ZADD', P .. 'fe', N(score), id)
+  end
+  redis.call('HSET', P .. 'j:' .. id, 'state', to, 'updated_at', N(now))
+  r.state = to
+end
+
+local function forget_wait(r)
+  if r.wait_event then
+    redis.call('SREM', P .. 'ev:' .. r.wait_event, r.id)
+    redis.call('HDEL', P .. 'j:' .. r.id, 'wait_event')
+    r.wait_event = nil
+  end
+end
+
+local function delete_row(r)
+  local id = r.id
+  local m = ixm(r.created_at, id)
+  redis.call('ZREM', P .. 'ix', m)
+  redis.call('ZREM', P .. 'ix:' .. r.state, m)
+  redis.call('HINCRBY', P .. 'q:' .. r.queue, r.state, -1)
+  if r.state == 'running' then
+    redis.call('ZREM', P .. 'r:' .. r.queue, id)
+  elseif WAITING[r.state] then
+    redis.call('ZREM', P .. 'w:' .. r.queue, id)
+  elseif r.state == 'done' then
+    redis.call('ZREM', P .. 'fd', id)
+  else
+    redis.call('ZREM', P .. 'fe', id)
+  end
+  if LIVE[r.state] and redis.call('HGET', P .. 'live', r.lk) == id then
+    redis.call('HDEL', P .. 'live', r.lk)
+  end
+  if r.wait_event then
+    redis.call('SREM', P .. 'ev:' .. r.wait_event, id)
+  end
+  redis.call('DEL', P .. 'j:' .. id, P .. 's:' .. id)
+end
+
+-- One settle counted in every tier: kind is 'd' done, 'r' retried, 'f' failed, 'x' dead;
+-- 't' carries the summed duration.
+local function count(job, kind, now, duration)
+  for t = 1, #TIERS do
+    local bucket, kept = TIERS[t][1], TIERS[t][2]
+    local start = now - (now % bucket)
+    local key = P .. 'c:' .. t .. ':' .. N(start)
+    if redis.call('EXISTS', key) == 0 then
+      redis.call('ZADD', P .. 'cb:' .. t, N(start), N(start))
+      redis.call('PEXPIREAT', key, N(start + bucket + kept + 60000))
+      redis.call('ZREMRANGEBYSCORE', P .. 'cb:' .. t, '-inf', N(now - kept - bucket))
+    end
+    redis.call('HINCRBY', key, kind .. job, 1)
+    if duration and duration > 0 then
+      redis.call('HINCRBY', key, 't' .. job, N(duration))
+    end
+  end
+end
+
+-- The stored error of a lapse on the final attempt: the template is XError.to_dict() JSON with
+-- the message "@@MSG@@", filled here.
+local function fill(template, message)
+  local i, j = string.find(template, '"@@MSG@@"', 1, true)
+  return string.sub(template, 1, i - 1) .. cjson.encode(message) .. string.sub(template, j + 1)
+end
+
+-- The row's whole hash as a flat array (for the driver to decode), or false.
+local function row_flat(id)
+  local flat = redis.call('HGETALL', P .. 'j:' .. id)
+  if #flat == 0 then
+    return false
+  end
+  return flat
+end
+
+-- Unused locals are fine: every script gets the whole prelude.
+local _ = { now_ms, N, opt, lt, ixm, hgetall, load, held, move, forget_wait, delete_row, count,
+  fill, row_flat, LIVE, WAITING, TERMINAL }

@@ -1,0 +1,85 @@
+-- claim: ARGV = worker_id, limit, visibility_timeout_ms, nonce, lease-lost error template,
+-- nq, queue..., nd, no_dead_letter name...
+-- Due rows: waiting rows of unpaused queues with run_at <= now (at most `limit` per queue, oldest
+-- run_at first, then id) plus running rows whose lease lapsed (at most `limit`, by expiry). A
+-- lapsed row on its final attempt is buried (dead, or failed for a no_dead_letter name) and never
+-- handed out. Answers {now, claimed rows, buried rows}.
+local worker, limit, vt, nonce, template = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local nq = tonumber(ARGV[6])
+local nodead = {}
+local nd = tonumber(ARGV[7 + nq])
+for i = 1, nd do
+  nodead[ARGV[7 + nq + i]] = true
+end
+local now = now_ms()
+if limit <= 0 then
+  return { now, {}, {} }
+end
+
+local function before(a, b)
+  if a.at ~= b.at then
+    return a.at < b.at
+  end
+  return lt(a.id, b.id)
+end
+
+local cands, lapsed, seen = {}, {}, {}
+for i = 1, nq do
+  local q = ARGV[6 + i]
+  if not seen[q] and redis.call('SISMEMBER', P .. 'pq', q) == 0 then
+    seen[q] = true
+    local due = redis.call('ZRANGEBYSCORE', P .. 'w:' .. q, '-inf', N(now), 'WITHSCORES', 'LIMIT', 0, limit)
+    for j = 1, #due, 2 do
+      cands[#cands + 1] = { id = due[j], at = tonumber(due[j + 1]) }
+    end
+    local lap = redis.call('ZRANGEBYSCORE', P .. 'r:' .. q, '-inf', N(now), 'WITHSCORES', 'LIMIT', 0, limit)
+    for j = 1, #lap, 2 do
+      lapsed[#lapsed + 1] = { id = lap[j], at = tonumber(lap[j + 1]) }
+    end
+  end
+end
+
+table.sort(lapsed, before)
+local buried = {}
+for k = 1, math.min(limit, #lapsed) do
+  local id = lapsed[k].id
+  local key = P .. 'j:' .. id
+  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'run_at', 'worker_id')
+  local attempts, max_attempts = tonumber(f[1]), tonumber(f[2])
+  if attempts >= max_attempts then
+    local r = load(id)
+    local state = nodead[r.name] and 'failed' or 'dead'
+    local lapsed_worker = f[4] or ''
+    local message = 'the lease lapsed on the final attempt (' .. f[1] .. ' of ' .. f[2] ..
+      '): worker ' .. lapsed_worker .. ' stopped renewing it and no worker settled the run'
+    redis.call('HSET', key, 'last_error', fill(template, message), 'finished_at', N(now))
+    redis.call('HDEL', key, 'worker_id', 'claim', 'lease_expires_at')
+    move(r, state, now, now)
+    count(r.name, state == 'failed' and 'f' or 'x', now, nil)
+    buried[#buried + 1] = { id, r.name, r.queue, f[1], f[2], state, lapsed_worker }
+  else
+    cands[#cands + 1] = { id = id, at = tonumber(f[3]) }
+  end
+end
+
+table.sort(cands, before)
+local claimed = {}
+for k = 1, math.min(limit, #cands) do
+  local id = cands[k].id
+  local key = P .. 'j:' .. id
+  local f = redis.call('HMGET', key,
+    'run_id', 'name', 'queue', 'payload', 'attempts', 'max_attempts', 'idempotency_key',
+    'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event')
+  local attempts = tonumber(f[5]) + 1
+  local token = nonce .. ':' .. k
+  local lease = now + vt
+  local r = { id = id, queue = f[3], state = f[11], created_at = f[10], lk = f[12],
+    wait_event = f[13] or nil }
+  forget_wait(r)
+  redis.call('HSET', key, 'attempts', attempts, 'worker_id', worker, 'claim', token,
+    'lease_expires_at', N(lease))
+  move(r, 'running', now, lease)
+  claimed[#claimed + 1] = { id, f[1], f[2], f[3], f[4], attempts, f[6], token, lease, f[7],
+    f[8], f[9], f[10] }
+end
+return { now, claimed, buried }

@@ -1,0 +1,57 @@
+-- enqueue: ARGV[1] = n, then 12 arguments per request: id, run_id, name, queue, payload (JSON),
+-- idempotency_key, max_attempts, tenant_id?, concurrency_key?, delay_ms?, run_at_ms?, live key.
+-- Dedupe on the live key first (first payload wins), then on the id (an outbox republish).
+-- Answers a flat array: id, run_id, deduped (0/1) per request, in input order.
+local now = now_ms()
+local n = tonumber(ARGV[1])
+local out = {}
+for i = 0, n - 1 do
+  local b = 1 + i * 12
+  local id, run_id, name, queue = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local lk = ARGV[b + 12]
+  local holder = redis.call('HGET', P .. 'live', lk)
+  local holder_run = holder and redis.call('HGET', P .. 'j:' .. holder, 'run_id')
+  if holder and holder_run then
+    out[#out + 1] = holder
+    out[#out + 1] = holder_run
+    out[#out + 1] = 1
+  else
+    if holder then
+      redis.call('HDEL', P .. 'live', lk) -- a dangling entry (a row evicted under maxmemory)
+    end
+    local same_run = redis.call('HGET', P .. 'j:' .. id, 'run_id')
+    if same_run then
+      out[#out + 1] = id
+      out[#out + 1] = same_run
+      out[#out + 1] = 1
+    else
+      local tenant, ckey = opt(ARGV[b + 8]), opt(ARGV[b + 9])
+      local delay, run_at = opt(ARGV[b + 10]), opt(ARGV[b + 11])
+      if run_at then
+        run_at = tonumber(run_at)
+      else
+        run_at = now + (tonumber(delay) or 0)
+      end
+      local key = P .. 'j:' .. id
+      redis.call('HSET', key,
+        'id', id, 'run_id', run_id, 'name', name, 'queue', queue,
+        'attempts', 0, 'max_attempts', ARGV[b + 7],
+        'run_at', N(run_at), 'created_at', N(now),
+        'idempotency_key', ARGV[b + 6], 'payload', ARGV[b + 5], 'lk', lk)
+      if tenant then
+        redis.call('HSET', key, 'tenant_id', tenant)
+      end
+      if ckey then
+        redis.call('HSET', key, 'concurrency_key', ckey)
+      end
+      local r = { id = id, queue = queue, created_at = now, lk = lk }
+      redis.call('ZADD', P .. 'ix', 0, ixm(now, id))
+      redis.call('SADD', P .. 'queues', queue)
+      move(r, run_at > now and 'delayed' or 'ready', now, run_at)
+      out[#out + 1] = id
+      out[#out + 1] = run_id
+      out[#out + 1] = 0
+    end
+  end
+end
+return out

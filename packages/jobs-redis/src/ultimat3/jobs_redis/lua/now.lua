@@ -1,0 +1,2 @@
+-- now: the server's clock, epoch milliseconds.
+return now_ms()
