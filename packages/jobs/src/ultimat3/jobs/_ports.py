@@ -302,6 +302,7 @@ class JobDriver(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
 class EventBus(Protocol):
     """What ``step.wait_for_event`` resumes from. ``publish`` joins the ambient transaction."""
 
@@ -318,6 +319,7 @@ class EventBus(Protocol):
         ...
 
 
+@runtime_checkable
 class OutboxStore(Protocol):
     """The transactional record behind an enqueue made in a transaction the driver cannot join."""
 
