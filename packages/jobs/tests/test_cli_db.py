@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import types
 import uuid
@@ -16,6 +17,12 @@ from ultimat3.jobs.adapter import memory_job_driver
 from ultimat3.jobs.cli import main
 
 Capture = pytest.CaptureFixture[str]
+
+
+@pytest.fixture
+def pg_url() -> str:
+    """The real server (CI's DATABASE_URL); these tests never skip: a missing server fails."""
+    return os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 
 
 @pytest.fixture
@@ -36,7 +43,7 @@ def migrations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return calls
 
 
-def test_migrate_runs_on_the_database_url_with_progress_on_stderr(
+def test_migrate_runs_on_the_pg_url_with_progress_on_stderr(
     capsys: Capture, migrations: list[dict[str, Any]]
 ) -> None:
     env = {"DATABASE_URL": "postgresql://app:s3cret@db:5432/app"}
@@ -59,7 +66,7 @@ def test_migrate_prints_what_it_applied_without_json(
     assert "applied versions 0001_jobs, 0002_steps" in capsys.readouterr().out
 
 
-def test_migrate_needs_a_database_url_even_with_a_given_driver(capsys: Capture) -> None:
+def test_migrate_needs_a_pg_url_even_with_a_given_driver(capsys: Capture) -> None:
     assert main(["db", "migrate", "--json"], driver=memory_job_driver(), env={}) == 1
     error = json.loads(capsys.readouterr().err)["error"]
     assert error["code"] == "X_CONFIG_INVALID" and "DATABASE_URL" in error["fix"]
@@ -106,7 +113,7 @@ def test_backfill_without_list_is_a_usage_error(capsys: Capture) -> None:
 # --- against the real server (DATABASE_URL; never skipped) --------------------------------------
 
 
-def test_migrate_list_and_show_against_postgres(capsys: Capture, database_url: str) -> None:
+def test_migrate_list_and_show_against_postgres(capsys: Capture, pg_url: str) -> None:
     import psycopg
     from psycopg import sql
 
@@ -115,7 +122,7 @@ def test_migrate_list_and_show_against_postgres(capsys: Capture, database_url: s
     from ultimat3.jobs.postgres import postgres_job_driver
 
     schema = f"x_cli_{uuid.uuid4().hex[:16]}"
-    env = {"DATABASE_URL": database_url}
+    env = {"DATABASE_URL": pg_url}
     try:
         assert main(["db", "migrate", "--json", "--schema", schema], env=env) == 0
         first = json.loads(capsys.readouterr().out)
@@ -126,7 +133,7 @@ def test_migrate_list_and_show_against_postgres(capsys: Capture, database_url: s
         job_id = new_id()
 
         async def enqueue() -> None:
-            driver = postgres_job_driver(database_url, schema=schema)
+            driver = postgres_job_driver(pg_url, schema=schema)
             try:
                 request = EnqueueRequest(
                     id=job_id,
@@ -152,7 +159,7 @@ def test_migrate_list_and_show_against_postgres(capsys: Capture, database_url: s
     finally:
 
         async def drop() -> None:
-            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as c:
                 await c.execute(
                     sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
                 )
