@@ -172,3 +172,10 @@ def test_help_exits_zero_and_a_missing_command_exits_two(capsys: Capture) -> Non
     assert "usage: x" in capsys.readouterr().err
     assert main(["jobs", "frobnicate"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_public_names_are_exactly_all() -> None:
+    import ultimat3.jobs.cli as cli
+
+    public = {name for name in vars(cli) if not name.startswith("_")}
+    assert set(cli.__all__) == public == {"main", "main_async"}

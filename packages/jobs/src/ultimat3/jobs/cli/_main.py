@@ -15,7 +15,15 @@ from ultimat3.jobs._ports import JobDriver
 from . import _db, _jobs, _worker
 from ._driver import DRIVER_KINDS, DriverSource, choose_driver
 from ._invocation import Handler, Invocation
-from ._output import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit, emit_error, usage_error
+from ._output import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    emit,
+    emit_error,
+    usage_error,
+)
 
 PROG = "x"
 
@@ -145,5 +153,10 @@ def main(
     """The ``x`` command. ``argv`` defaults to ``sys.argv[1:]``; ``driver`` (tests, embedding)
     is used instead of resolving one from ``--database-url`` / ``DATABASE_URL``; ``env``
     (default: ``os.environ``, read once here) is where ``DATABASE_URL`` and ``REDIS_URL`` come
-    from. Answers the exit code: 0 done, 1 refused (``X_`` code on stderr), 2 bad usage."""
-    return asyncio.run(main_async(argv, driver=driver, env=env))
+    from. Answers the exit code: 0 done, 1 refused (``X_`` code on stderr), 2 bad usage, 130
+    interrupted (Ctrl-C outside ``x worker``, which drains on it instead)."""
+    try:
+        return asyncio.run(main_async(argv, driver=driver, env=env))
+    except KeyboardInterrupt:
+        sys.stderr.write("x: interrupted\n")
+        return EXIT_INTERRUPTED

@@ -2,7 +2,8 @@
 ``XError`` rendered to stderr, and the exit codes.
 
 Exit codes: ``0`` the command did what it said; ``1`` it was refused with an ``XError`` (the code
-is the first thing on stderr); ``2`` the command line itself was wrong (argparse's usage error).
+is the first thing on stderr); ``2`` the command line itself was wrong (argparse's usage error);
+``130`` interrupted by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ultimat3.jobs._model import BackfillRow
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
 
 
 @dataclass(frozen=True, slots=True)
