@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid, new_id
+from ultimat3.jobs._model import MAX_JOB_PAGE, BackfillRow
 
-from .._model import MAX_JOB_PAGE, BackfillRow
 from ._db import Database
 from ._rows import backfill_row, check_text, to_json_text
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
+
 from ultimat3.core import XError
 
 from ._sql import check_schema_name, compile_queries
@@ -32,7 +33,7 @@ _FIX_UNAVAILABLE = (
 
 
 @contextmanager
-def wrap_errors(what: str) -> Iterator[None]:
+def wrap_errors(what: str, schema: str | None = None) -> Iterator[None]:
     """Turn psycopg's failures into ``XError``s that keep the cause.
 
     A lost, refused or timed-out connection (or a closed pool) is ``X_DRIVER_UNAVAILABLE``;
@@ -42,18 +43,26 @@ def wrap_errors(what: str) -> Iterator[None]:
         yield
     except XError:
         raise
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
+        where = f"schema {schema!r}" if schema is not None else "the schema"
         raise XError(
-            "X_DRIVER_UNAVAILABLE",
-            f"postgres job driver: {what} failed: {_first_line(exc)}",
-            fix=_FIX_UNAVAILABLE,
-            meta={"operation": what, "sqlstate": getattr(exc, "sqlstate", None)},
+            "X_CONFIG_INVALID",
+            f"postgres job driver: {what}: {where} has no job tables ({_first_line(exc)})",
+            fix=f"run `await migrate(DATABASE_URL, schema={schema!r})` before using the driver",
+            meta={"operation": what, "schema": schema},
         ) from exc
     except (psycopg.DataError, pg_errors.ProgramLimitExceeded) as exc:
         raise XError(
             "X_INVARIANT",
             f"postgres job driver: {what}: Postgres refused a value: {_first_line(exc)}",
             fix="check the names, keys and JSON values passed to this call",
+            meta={"operation": what, "sqlstate": getattr(exc, "sqlstate", None)},
+        ) from exc
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise XError(
+            "X_DRIVER_UNAVAILABLE",
+            f"postgres job driver: {what} failed: {_first_line(exc)}",
+            fix=_FIX_UNAVAILABLE,
             meta={"operation": what, "sqlstate": getattr(exc, "sqlstate", None)},
         ) from exc
 
@@ -83,21 +92,22 @@ class Database:
         self.q = compile_queries(self.schema)
         self._dsn: str | None = None
         self._pool: Pool | None = None
-        self._owned = isinstance(source, str)
-        if isinstance(source, str):
-            if not source:
+        given: object = source
+        self._owned = isinstance(given, str)
+        if isinstance(given, str):
+            if not given:
                 raise XError(
                     "X_CONFIG_INVALID",
                     "postgres_job_driver: the DSN is empty",
                     fix="pass DATABASE_URL, e.g. postgresql://user@host:5432/db, or a pool",
                 )
-            self._dsn = source
-        elif isinstance(source, AsyncConnectionPool):
-            self._pool = source
+            self._dsn = given
+        elif isinstance(given, AsyncConnectionPool):
+            self._pool = given
         else:
             raise XError(
                 "X_CONFIG_INVALID",
-                f"postgres_job_driver: {type(source).__name__} is neither a DSN nor a "
+                f"postgres_job_driver: {type(given).__name__} is neither a DSN nor a "
                 "psycopg_pool.AsyncConnectionPool",
                 fix="pass DATABASE_URL (a str) or an AsyncConnectionPool you opened",
             )
@@ -126,8 +136,9 @@ class Database:
                 fix="build a new driver with postgres_job_driver(...)",
             )
         async with self._lock:
-            if self._pool is not None:
-                return self._pool
+            opened = cast("Pool | None", self._pool)  # another task may have opened it
+            if opened is not None:
+                return opened
             assert self._dsn is not None
             kwargs: dict[str, Any] = {"autocommit": True}
             if "connect_timeout" not in conninfo_to_dict(self._dsn):
@@ -169,14 +180,14 @@ class Database:
     @asynccontextmanager
     async def transaction(self, what: str) -> AsyncIterator[Conn]:
         """A pool connection inside one transaction (for the multi-statement operator calls)."""
-        with wrap_errors(what):
+        with wrap_errors(what, self.schema):
             async with self.connection() as conn, conn.transaction():
                 yield conn
 
     async def fetchall(
         self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
     ) -> list[Row]:
-        with wrap_errors(what or name):
+        with wrap_errors(what or name, self.schema):
             async with self.connection(conn) as c:
                 cur = await c.execute(self.q[name], params)
                 return await cur.fetchall()
@@ -184,7 +195,7 @@ class Database:
     async def fetchone(
         self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
     ) -> Row | None:
-        with wrap_errors(what or name):
+        with wrap_errors(what or name, self.schema):
             async with self.connection(conn) as c:
                 cur = await c.execute(self.q[name], params)
                 return await cur.fetchone()
@@ -192,7 +203,7 @@ class Database:
     async def rowcount(
         self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
     ) -> int:
-        with wrap_errors(what or name):
+        with wrap_errors(what or name, self.schema):
             async with self.connection(conn) as c:
                 cur = await c.execute(self.q[name], params)
                 return cur.rowcount

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid, log_event
-
-from .._model import (
+from ultimat3.jobs._model import (
     ENQUEUE_CHUNK,
     MAX_ENQUEUE_BATCH,
     ClaimedJob,
@@ -28,6 +27,7 @@ from .._model import (
     StepState,
     WorkerRow,
 )
+
 from ._backfills import PostgresBackfillLedger
 from ._db import Conn, Database, Pool, is_psycopg_async_connection
 from ._introspect import PostgresJobIntrospection, purge
@@ -147,7 +147,7 @@ class PostgresJobDriver:
         self._name = name
         self._db = Database(
             dsn_or_pool,
-            schema=schema or "public",
+            schema="public" if schema is None else schema,
             min_size=min_size,
             max_size=max_size,
             timeout_s=timeout_s,
@@ -324,14 +324,15 @@ class PostgresJobDriver:
         for i in range(len(requests)):
             won = results.get(i)
             if won is None:
-                first = results[refer[i]]
-                won = EnqueueResult(id=first.id, run_id=first.run_id, deduped=True)
+                earlier = results[refer[i]]
+                won = EnqueueResult(id=earlier.id, run_id=earlier.run_id, deduped=True)
             out.append(won)
         return out
 
     async def _enqueue_chunk(self, chunk: list[dict[str, Any]], conn: Conn | None) -> list[Any]:
         queues = {v["queue"] for v in chunk}
-        notify = conn is not None or any([self._wake_due(q) for q in queues])
+        woken = [self._wake_due(q) for q in queues]  # every queue's slot, not the first only
+        notify = conn is not None or any(woken)
         params = {
             "ids": [v["id"] for v in chunk],
             "run_ids": [v["run_id"] for v in chunk],
@@ -387,7 +388,7 @@ class PostgresJobDriver:
                 log_event(
                     "jobs.claim.exhausted",
                     job_id=r[1],
-                    name=r[3],
+                    job=r[3],
                     queue=r[4],
                     attempts=r[6],
                     max_attempts=r[7],

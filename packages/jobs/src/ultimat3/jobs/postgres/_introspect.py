@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
+import builtins
 from datetime import datetime
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid
-
-from .._cursor import parse_job_cursor
-from .._model import (
+from ultimat3.jobs._cursor import parse_job_cursor
+from ultimat3.jobs._model import (
     ALL_STATES,
     DEAD_RETENTION_MS,
     DONE_RETENTION_MS,
@@ -28,6 +28,7 @@ from .._model import (
     TaskFire,
     WorkerRow,
 )
+
 from ._db import Database
 from ._rows import (
     check_text,
@@ -60,7 +61,7 @@ def _check_state(state: object, *, what: str) -> JobState:
             f"{what}: {state!r} is not a job state",
             fix=f"use one of {', '.join(ALL_STATES)}",
         )
-    return state  # type: ignore[return-value]
+    return state
 
 
 def _aware(when: datetime | None, *, name: str) -> datetime | None:
@@ -75,9 +76,7 @@ def _aware(when: datetime | None, *, name: str) -> datetime | None:
     return when
 
 
-def _filters(
-    queue: str | None, name: str | None, tenant_id: str | None
-) -> dict[str, str | None]:
+def _filters(queue: str | None, name: str | None, tenant_id: str | None) -> dict[str, str | None]:
     return {"queue": queue, "name": name, "tenant_id": tenant_id}
 
 
@@ -111,7 +110,7 @@ class PostgresJobIntrospection:
         limit: int = 50,
         after: str | None = None,
         before: str | None = None,
-    ) -> list[JobRow]:
+    ) -> builtins.list[JobRow]:
         """Newest first (``created_at`` desc, then ``id`` desc); ``created_from`` and
         ``created_to`` are both inclusive."""
         if after is not None and before is not None:
@@ -406,7 +405,7 @@ class PostgresJobIntrospection:
         _named(queue, "queue")
         await self._db.fetchone("resume_queue", {"queue": queue}, what=f"resuming {queue!r}")
 
-    async def paused_queues(self) -> list[str]:
+    async def paused_queues(self) -> builtins.list[str]:
         rows = await self._db.fetchall("paused_queues", {}, what="paused queues")
         return [r[0] for r in rows]
 
@@ -418,21 +417,21 @@ class PostgresJobIntrospection:
         _named(task, "task")
         await self._db.rowcount("resume_task", {"task": task}, what=f"resuming task {task!r}")
 
-    async def paused_tasks(self) -> list[str]:
+    async def paused_tasks(self) -> builtins.list[str]:
         rows = await self._db.fetchall("paused_tasks", {}, what="paused tasks")
         return [r[0] for r in rows]
 
     # --- tasks, workers, counters ---------------------------------------------------------
 
-    async def task_fires(self) -> list[TaskFire]:
+    async def task_fires(self) -> builtins.list[TaskFire]:
         rows = await self._db.fetchall("task_fires", {"limit": MAX_TASK_FIRES}, what="task fires")
         return [TaskFire(task=r[0], occurrence_ms=int(r[1]), fired_at=utc(r[2])) for r in rows]
 
-    async def workers(self) -> list[WorkerRow]:
+    async def workers(self) -> builtins.list[WorkerRow]:
         rows = await self._db.fetchall("workers", {}, what="workers")
         return [worker_row(r) for r in rows]
 
-    async def counters(self, *, job: str | None = None, since_ms: int) -> list[CounterRow]:
+    async def counters(self, *, job: str | None = None, since_ms: int) -> builtins.list[CounterRow]:
         """One tier's buckets (the finest whose retention covers ``since_ms``) that end after
         ``since_ms``, oldest first, then by job."""
         rows = await self._db.fetchall(
@@ -506,4 +505,3 @@ async def purge(
     await db.rowcount("purge_leases", {}, what="purging expired lease slots")
     await db.rowcount("purge_counters", {}, what="purging old counter buckets")
     return deleted
-

@@ -9,8 +9,8 @@ handed out before it, for any key (the database's counter, never a clock).
 from __future__ import annotations
 
 from ultimat3.core import XError
+from ultimat3.jobs._model import LeaseGrant
 
-from .._model import LeaseGrant
 from ._db import Database
 from ._rows import check_text
 

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+
 from ultimat3.core import XError, log_event
 
 from ._db import Conn, Pool, wrap_errors
@@ -50,7 +51,7 @@ async def _connection(source: str | Pool | Conn) -> AsyncIterator[Conn]:
 async def migrate(dsn_or_pool: str | Pool | Conn, *, schema: str | None = None) -> list[int]:
     """Bring ``schema`` (default ``public``, created when missing) to the newest version.
     Answers the versions this call applied (``[]`` when it was already current)."""
-    name = check_schema_name(schema or "public")
+    name = check_schema_name("public" if schema is None else schema)
     q = compile_queries(name)
     applied_now: list[int] = []
     with wrap_errors(f"migrating schema {name!r}"):

@@ -16,9 +16,9 @@ from types import MappingProxyType
 from typing import Final
 
 from psycopg import sql
-from ultimat3.core import XError
 
-from .._model import COUNTER_TIERS
+from ultimat3.core import XError
+from ultimat3.jobs._model import COUNTER_TIERS
 
 TABLES: Final[tuple[str, ...]] = (
     "x_schema_migrations",
@@ -137,5 +137,5 @@ def compile_queries(schema: str) -> MappingProxyType[str, str]:
 
     out: dict[str, str] = {}
     for name, text in source.items():
-        out[name] = sql.SQL(paste(text)).format(**fills).as_string(None)  # type: ignore[arg-type]
+        out[name] = sql.SQL(paste(text)).format(**fills).as_string(None)
     return MappingProxyType(out)

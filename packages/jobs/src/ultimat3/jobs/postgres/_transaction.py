@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+
 from ultimat3.core import XError, use_connection
 
 from ._db import Conn, Pool

@@ -1,0 +1,158 @@
+"""Enqueue on Postgres: one statement per enqueue, one per 1,000 distinct inputs of an
+enqueue_many, every refusal before the first write, and the notify that rides the statement."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+import pytest
+
+from ultimat3.core import XError, new_id
+from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest
+from ultimat3.jobs.postgres import PostgresJobDriver, wake_channel
+from ultimat3.jobs.postgres._db import Database
+
+
+def req(i: int = 0, *, queue: str = "q", key: str | None = None, **kw: Any) -> EnqueueRequest:
+    return EnqueueRequest(
+        id=new_id(),
+        run_id=new_id(),
+        name="enq.job",
+        queue=queue,
+        payload={"i": i},
+        idempotency_key=key if key is not None else f"k{i}",
+        max_attempts=3,
+        **kw,
+    )
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts the statements every driver sends, by name."""
+    sent: Counter[str] = Counter()
+    for method in ("fetchall", "fetchone", "rowcount"):
+        original = getattr(Database, method)
+
+        async def counted(self: Database, name: str, *a: Any, _o: Any = original, **kw: Any) -> Any:
+            sent[name] += 1
+            return await _o(self, name, *a, **kw)
+
+        monkeypatch.setattr(Database, method, counted)
+    return sent
+
+
+async def test_a_single_enqueue_is_one_statement(
+    pg_driver: PostgresJobDriver, statements: Counter[str]
+) -> None:
+    await pg_driver.enqueue(req(1))
+    await pg_driver.enqueue(req(1))
+    assert statements == Counter({"enqueue": 2})
+
+
+async def test_enqueue_many_sends_one_statement_per_1000_distinct_inputs(
+    pg_driver: PostgresJobDriver, statements: Counter[str]
+) -> None:
+    assert ENQUEUE_CHUNK == 1000
+    res = await pg_driver.enqueue_many([req(i) for i in range(2500)])
+    assert statements["enqueue_many"] == 3 and len(res) == 2500
+    statements.clear()
+    dupes = [req(i, key=f"d{i % 900}") for i in range(2000)]
+    res = await pg_driver.enqueue_many(dupes)
+    assert statements["enqueue_many"] == 1, "in-batch duplicates cost no statement"
+    assert [r.id for r in res[900:]] == [r.id for r in res[:900]] + [r.id for r in res[:200]]
+    assert all(r.deduped for r in res[900:]) and not any(r.deduped for r in res[:900])
+
+
+async def test_enqueue_many_dedupes_an_id_repeated_in_the_batch(
+    pg_driver: PostgresJobDriver,
+) -> None:
+    first = req(1)
+    again = replace(req(2), id=first.id)
+    res = await pg_driver.enqueue_many([first, again])
+    assert [(r.id, r.run_id, r.deduped) for r in res] == [
+        (first.id, first.run_id, False),
+        (first.id, first.run_id, True),
+    ]
+    [stats] = await pg_driver.stats()
+    assert stats.ready == 1
+
+
+async def test_every_refusal_comes_before_the_first_write(pg_driver: PostgresJobDriver) -> None:
+    good = [req(i) for i in range(1500)]
+    cases: list[tuple[EnqueueRequest, str, str]] = [
+        (replace(req(9), id="not-a-uuid"), "X_ID_INVALID", "not-a-uuid"),
+        (replace(req(9), run_id=new_id().upper()), "X_ID_INVALID", "run_id"),
+        (replace(req(9), idempotency_key=""), "X_INVARIANT", "idempotency_key"),
+        (replace(req(9), queue="nul\x00queue"), "X_INVARIANT", "NUL"),
+        (replace(req(9), max_attempts=0), "X_INVARIANT", "max_attempts"),
+        (replace(req(9), payload={"b": b"bytes"}), "X_INVARIANT", "payload"),
+        (replace(req(9), payload={"s": "nul\x00"}), "X_INVARIANT", "NUL"),
+        (replace(req(9), delay_ms=1.5), "X_INVARIANT", "delay_ms"),  # type: ignore[arg-type]
+    ]
+    for bad, code, needle in cases:
+        with pytest.raises(XError) as caught:
+            await pg_driver.enqueue_many([*good, bad])
+        assert caught.value.code == code, caught.value
+        assert needle in caught.value.message
+        with pytest.raises(XError):
+            await pg_driver.enqueue(bad)
+    assert await pg_driver.stats() == []
+
+
+async def test_more_than_max_enqueue_batch_is_refused(pg_driver: PostgresJobDriver) -> None:
+    with pytest.raises(XError) as caught:
+        await pg_driver.enqueue_many([req(i) for i in range(MAX_ENQUEUE_BATCH + 1)])
+    assert caught.value.code == "X_JOB_ENQUEUE_BATCH_TOO_LARGE"
+    assert str(MAX_ENQUEUE_BATCH + 1) in caught.value.message
+
+
+async def test_concurrent_enqueues_of_one_key_make_one_job(pg_driver: PostgresJobDriver) -> None:
+    attempts = [req(1, key="same") for _ in range(20)]
+    results = await asyncio.gather(*(pg_driver.enqueue(r) for r in attempts))
+    assert len({r.id for r in results}) == 1
+    assert sum(not r.deduped for r in results) == 1
+    batches = await asyncio.gather(
+        *(pg_driver.enqueue_many([req(2, key="batch"), req(3, key=f"b{i}")]) for i in range(10))
+    )
+    assert len({b[0].id for b in batches}) == 1
+    [stats] = await pg_driver.stats()
+    assert stats.ready == 1 + 1 + 10
+
+
+async def test_a_ready_enqueue_notifies_its_queue_on_commit_only(
+    pg_driver: PostgresJobDriver, database_url: str, pg_schema: str
+) -> None:
+    channel = wake_channel(pg_schema)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as listener:
+        await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            await pg_driver.enqueue(req(1, queue="rolled"), connection=conn)
+            await conn.rollback()
+            await pg_driver.enqueue(req(2, queue="kept"), connection=conn)
+            await conn.commit()
+        await pg_driver.enqueue(req(3, queue="later", delay_ms=60_000))
+        await pg_driver.enqueue(req(4, queue="direct"))
+        await pg_driver.enqueue(req(5, queue="direct"))  # inside 250 ms: kept silent
+        got: list[str] = []
+        async for note in listener.notifies(timeout=0.5):
+            assert note.channel == channel
+            got.append(note.payload)
+    assert got == ["kept", "direct"]
+
+
+async def test_the_driver_reads_the_database_clock(pg_driver: PostgresJobDriver) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_driver_dsn(pg_driver)) as conn:
+        cur = await conn.execute("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)")
+        row = await cur.fetchone()
+    assert row is not None
+    assert abs(await pg_driver.now_ms() - int(row[0])) < 2_000
+
+
+def pg_driver_dsn(driver: PostgresJobDriver) -> str:
+    dsn = driver._db._dsn  # the fixture built it from a DSN
+    assert dsn is not None
+    return dsn
