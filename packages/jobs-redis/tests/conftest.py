@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from ultimat3.core import new_id
 from ultimat3.jobs._model import EnqueueRequest
@@ -41,6 +48,12 @@ async def close_driver(driver: RedisJobDriver) -> None:
 
 
 @pytest.fixture
+def req() -> Callable[..., EnqueueRequest]:
+    """Builds an ``EnqueueRequest`` (fresh ids and key unless given)."""
+    return make_request
+
+
+@pytest.fixture
 async def driver() -> AsyncIterator[RedisJobDriver]:
     d = await open_driver()
     try:
@@ -49,7 +62,7 @@ async def driver() -> AsyncIterator[RedisJobDriver]:
         await close_driver(d)
 
 
-def request(
+def make_request(
     name: str = "send",
     *,
     key: str | None = None,
@@ -75,3 +88,85 @@ def request(
         delay_ms=delay_ms,
         run_at_ms=run_at_ms,
     )
+
+
+def spare_port() -> int:
+    """A TCP port nothing listens on (bound, read, released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+class RedisServer:
+    """A redis-server of the test's own, on a spare port, persisting to ``folder`` with
+    append-only files fsynced on every write: start it, kill -9 it, stop it, start it again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = spare_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        assert self.process is None, "already running"
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.folder),
+                "--appendonly", "yes",
+                "--appendfsync", "always",
+                "--save", "",
+                "--daemonize", "no",
+                "--logfile", str(self.folder / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with SyncRedis(port=self.port, socket_connect_timeout=0.2) as probe:
+                    if probe.ping():
+                        return
+            except RedisError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                log = (self.folder / "redis.log").read_text(errors="replace")[-2000:]
+                raise AssertionError(f"redis-server on {self.port} did not come up:\n{log}")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no last write; what fsync put on disk is all that is left."""
+        self._end(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGTERM: the server's own orderly shutdown."""
+        self._end(signal.SIGTERM)
+
+    def _end(self, sig: signal.Signals) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.send_signal(sig)
+            process.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def dead_url() -> str:
+    """A Redis URL on a port nothing listens on."""
+    return f"redis://127.0.0.1:{spare_port()}/0"

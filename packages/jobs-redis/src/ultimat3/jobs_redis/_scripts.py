@@ -20,6 +20,7 @@ from redis.exceptions import (
     ConnectionError as RedisConnectionError,
 )
 from redis.exceptions import (
+    InvalidResponse,
     RedisError,
     ResponseError,
 )
@@ -69,7 +70,8 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
 
 Arg = str | int | float | bytes
 
-# A server that answers but cannot take the write right now: the backend is unavailable.
+# A server that answers but cannot take the write right now: the backend is unavailable. (So is
+# one that does not speak Redis at all: InvalidResponse, a protocol error.)
 _UNAVAILABLE_REPLIES: Final = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS")
 
 
@@ -132,7 +134,7 @@ class ScriptRunner:
             raise self._wrap(exc, op) from exc
 
     def _wrap(self, exc: RedisError, op: str) -> XError:
-        if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError | InvalidResponse):
             return unavailable(exc, where=self.where, op=op)
         text = str(exc)
         if isinstance(exc, ResponseError) and text.startswith(_UNAVAILABLE_REPLIES):
