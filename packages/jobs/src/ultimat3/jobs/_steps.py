@@ -165,11 +165,15 @@ async def _call(fn: Callable[[Signal], Any], signal: Signal) -> Any:
     return result
 
 
-async def _race(fn: Callable[[Signal], Any], signal: Signal) -> Any:
-    """Run ``fn(signal)`` until it ends or ``signal`` aborts (then cancel it, raise the reason)."""
+async def _race(fn: Callable[[Signal], Any], signal: Signal, ceiling: Signal | None) -> Any:
+    """Run ``fn(signal)``; at the step's ``ceiling`` cancel it and raise the ceiling's reason.
+    The run's own cancellation is enforced by the worker on the body's task: a drain lets a step
+    in flight finish (and land) inside the drain budget."""
     signal.throw_if_aborted()
+    if ceiling is None:
+        return await _call(fn, signal)
     task = asyncio.ensure_future(_call(fn, signal))
-    waiter = asyncio.ensure_future(signal.wait())
+    waiter = asyncio.ensure_future(ceiling.wait())
     try:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -180,8 +184,7 @@ async def _race(fn: Callable[[Signal], Any], signal: Signal) -> Any:
         waiter.cancel()
         return task.result()
     task.cancel()
-    reason = waiter.result()
-    raise reason
+    raise waiter.result()
 
 
 def _matches(match: object, raw: Any, parsed: Any) -> bool:
@@ -274,7 +277,7 @@ class Step:
             )
         signal = any_signal(state.signal, ceiling) if ceiling is not None else state.signal
         try:
-            result = await _race(fn, signal)
+            result = await _race(fn, signal, ceiling)
         except BaseException as exc:
             if ceiling is not None:
                 ceiling.cancel()
