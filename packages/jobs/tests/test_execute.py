@@ -23,14 +23,21 @@ from ultimat3.core import (
     to_epoch_ms,
     use_clock,
 )
-from ultimat3.jobs import ExecutionSettings, Job, Retry, RunOutcome, execute_job, job
-from ultimat3.jobs import _execute, _heartbeat, _steps
+from ultimat3.jobs import (
+    ExecutionSettings,
+    Job,
+    Retry,
+    RunOutcome,
+    _execute,
+    _heartbeat,
+    _steps,
+    execute_job,
+    job,
+)
 from ultimat3.jobs.adapter import JOB_DRIVER, ClaimedJob, EnqueueRequest
 from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
 
-register_error_retry(
-    {"X_TEST_EXEC_TERMINAL": "terminal", "X_TEST_EXEC_RETRY_AFTER": "retry-after"}
-)
+register_error_retry({"X_TEST_EXEC_TERMINAL": "terminal", "X_TEST_EXEC_RETRY_AFTER": "retry-after"})
 
 
 class Org(BaseModel):
@@ -87,7 +94,7 @@ def fails_with(exc: BaseException) -> Any:
     return body
 
 
-# --- retries and the dead letter ---------------------------------------------------------------
+# --- retries and the dead letter -----------------------------------------------------------------
 
 
 async def test_a_failed_attempt_is_retried_after_the_backoff(
@@ -284,7 +291,7 @@ async def test_a_job_this_worker_does_not_know_goes_back_for_another(
     assert "exec-job" in outcome.error["message"]
 
 
-# --- the deadline ----------------------------------------------------------------------------------
+# --- the deadline --------------------------------------------------------------------------------
 
 
 class Recorder:
@@ -412,7 +419,7 @@ async def test_a_body_that_stops_on_cancel_logs_nothing(driver: MemoryJobDriver)
     assert [e for e in events if e["event"] == "jobs.timeout.abandoned"] == []
 
 
-# --- drain ----------------------------------------------------------------------------------------
+# --- drain ---------------------------------------------------------------------------------------
 
 
 async def test_a_drained_body_that_stops_goes_back_with_the_attempt_uncounted(
@@ -480,7 +487,7 @@ async def test_a_step_finishing_inside_the_drain_budget_still_lands(
     assert steps["save"].state == "completed"
 
 
-# --- settles ------------------------------------------------------------------------------------
+# --- settles -------------------------------------------------------------------------------------
 
 
 async def test_a_landed_ack_leaves_the_signal_live_and_an_unowned_one_aborts_it(
@@ -550,7 +557,7 @@ async def test_progress_refuses_nonsense(driver: MemoryJobDriver) -> None:
     assert outcome.error is not None and outcome.error["code"] == "X_INVARIANT"
 
 
-# --- heartbeats and the lease ------------------------------------------------------------------------
+# --- heartbeats and the lease --------------------------------------------------------------------
 
 
 async def _hold(driver: Any, mode: str, vt: int = 90) -> tuple[RunOutcome, list[str], Recorder]:
@@ -627,7 +634,7 @@ async def test_a_refused_renewal_loses_the_lease_at_once(
     assert outcome.outcome == "lost"
 
 
-# --- spans and metrics ----------------------------------------------------------------------------
+# --- spans and metrics ---------------------------------------------------------------------------
 
 
 class FakeSpan:

@@ -70,7 +70,7 @@ class ClaimSpy:
         return await self.inner.claim(queues=queues, limit=limit, **kw)
 
 
-# --- configuration ------------------------------------------------------------------------------
+# --- configuration -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("cap", [0, -1, 1.5, math.nan, math.inf, True])
@@ -138,7 +138,7 @@ async def test_a_driver_missing_members_is_refused_at_start() -> None:
     assert "claim" in exc.value.message
 
 
-# --- one pass -------------------------------------------------------------------------------------
+# --- one pass ------------------------------------------------------------------------------------
 
 
 async def _fill(counts: dict[str, int]) -> dict[str, Any]:
@@ -221,9 +221,7 @@ async def test_retry_dead_letter_false_jobs_are_named_to_the_claim(
 
 
 async def test_idle_passes_wait_longer_doubling_to_the_ceiling(driver: MemoryJobDriver) -> None:
-    w = job_worker(
-        jobs=[_job("a")], poll_interval_ms=5, idle_poll_max_ms=40, handle_signals=False
-    )
+    w = job_worker(jobs=[_job("a")], poll_interval_ms=5, idle_poll_max_ms=40, handle_signals=False)
     waits: list[float] = []
     enough = asyncio.Event()
     original = w._sleep
@@ -283,9 +281,11 @@ async def test_wake_passes_at_once(driver: MemoryJobDriver) -> None:
 
 async def test_stop_aborts_nothing_and_waits_for_the_work(driver: MemoryJobDriver) -> None:
     signals: list[Signal] = []
+    started = asyncio.Event()
 
     async def slow(input: N, step: Any, ctx: Any) -> str:
         signals.append(ctx.signal)
+        started.set()
         await asyncio.sleep(0.05)
         return "finished"
 
@@ -293,8 +293,7 @@ async def test_stop_aborts_nothing_and_waits_for_the_work(driver: MemoryJobDrive
     result = await j.enqueue({"n": 1})
     w = job_worker(jobs=[j], poll_interval_ms=5, handle_signals=False)
     await w.start()
-    while not signals:
-        await asyncio.sleep(0.005)
+    await asyncio.wait_for(started.wait(), timeout=5)
     await w.stop()
     row = await driver.introspect.show(result.id)
     assert row.state == "done"
@@ -312,7 +311,11 @@ async def _held_worker(driver: MemoryJobDriver) -> tuple[JobWorker, str, list[st
         raise reason
 
     j = job(
-        input=N, idempotency_key=lambda i: str(i.n), name="waits", run=waits, retry=Retry(attempts=1)
+        input=N,
+        idempotency_key=lambda i: str(i.n),
+        name="waits",
+        run=waits,
+        retry=Retry(attempts=1),
     )
     result = await j.enqueue({"n": 1})
     w = job_worker(jobs=[j], poll_interval_ms=5, handle_signals=True)
