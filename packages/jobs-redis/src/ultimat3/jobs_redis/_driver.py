@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -56,6 +57,18 @@ def _positive(value: object, what: str) -> int:
             fix=f"pass {what}=30000 or another positive int",
         )
     return value
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***``: refusals never print a secret."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<an unparseable URL>"
 
 
 def _lease_lost_template() -> str:
@@ -554,8 +567,9 @@ def redis_job_driver(
     except ValueError as exc:
         raise XError(
             "X_CONFIG_INVALID",
-            f"redis_job_driver: the URL {url_or_client!r} is not a Redis URL ({exc})",
+            f"redis_job_driver: the URL {_redacted(url_or_client)!r} is not a Redis URL "
+            f"({_redacted(str(exc))})",
             fix="pass redis://host:port/db, rediss://... or unix:///path/to/redis.sock",
-            meta={"url": url_or_client},
+            meta={"url": _redacted(url_or_client)},
         ) from exc
     return RedisJobDriver(client, prefix=prefix, owns_client=True)

@@ -173,14 +173,16 @@ local function count(job, kind, now, duration)
     local bucket, kept = TIERS[t][1], TIERS[t][2]
     local start = now - (now % bucket)
     local key = P .. 'c:' .. t .. ':' .. N(start)
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('ZADD', P .. 'cb:' .. t, N(start), N(start))
-      redis.call('PEXPIREAT', key, N(start + bucket + kept + 60000))
-      redis.call('ZREMRANGEBYSCORE', P .. 'cb:' .. t, '-inf', N(now - kept - bucket))
-    end
+    local fresh = redis.call('EXISTS', key) == 0
     redis.call('HINCRBY', key, kind .. job, 1)
     if duration and duration > 0 then
       redis.call('HINCRBY', key, 't' .. job, N(duration))
+    end
+    if fresh then
+      -- The bucket now exists, so its expiry can be set (PEXPIREAT on no key sets nothing).
+      redis.call('PEXPIREAT', key, N(start + bucket + kept + 60000))
+      redis.call('ZADD', P .. 'cb:' .. t, N(start), N(start))
+      redis.call('ZREMRANGEBYSCORE', P .. 'cb:' .. t, '-inf', N(now - kept - bucket))
     end
   end
 end
