@@ -13,7 +13,6 @@ Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from ._context import JobContext, JobLog
 from ._cursor import job_cursor
@@ -37,7 +36,7 @@ from ._worker import JobWorker, WorkerStats, job_worker
 _FACTORIES: dict[str, str] = {}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """Load a factory on first use: ``from ultimat3.jobs import webhook``."""
     module = _FACTORIES.get(name)
     if module is None:
