@@ -42,6 +42,8 @@ COMPENSATE_PREFIX = "compensate:"
 SLEEP_PREFIX = "sleep:"
 DEFAULT_EVENT_POLL_MS: Final = 30_000
 """How often a waiting run looks again on a bus with no push (any bus but Postgres's)."""
+MAX_EVENTS_PER_PASS: Final = 1000
+"""Events a waiting run reads past its marker in one pass."""
 
 StepFn = Callable[[Signal], Awaitable[T]] | Callable[[Signal], T]
 
@@ -404,7 +406,7 @@ class Step:
             await state.record(
                 name, "started", output={"marker": marker, "timeout_at_ms": timeout_at}
             )
-        for raw in await bus.find_after(event, marker):
+        for raw in await bus.find_after(event, marker, limit=MAX_EVENTS_PER_PASS):
             if isinstance(match, Mapping) and not _matches(match, raw, None):
                 continue  # a dict match is read off the raw payload, before the schema
             parsed = _parse_event(state, adapter, name, event, raw)
