@@ -190,3 +190,21 @@ def test_every_completed_step_ran_exactly_once_whatever_fails(
             assert trace.steps[name].output == failures[name] + 1
 
     asyncio.run(scenario())
+
+
+async def test_a_self_enqueue_from_the_body_dedupes_onto_the_running_row() -> None:
+    answers: list[Any] = []
+
+    class Again(BaseModel):
+        key: str
+
+    @job(input=Again, idempotency_key=lambda a: a.key)
+    async def rearm(input: Again, step: Any, ctx: Any) -> None:
+        result = await rearm.enqueue(input)
+        answers.append((result.deduped, result.id == ctx.job_id))
+
+    h = JobHarness(jobs=[rearm])
+    trace = await h(rearm, {"key": "same"})
+    assert trace.state == "done"
+    assert answers == [(True, True)]  # it armed nothing ...
+    assert len(await h.rows(name="rearm")) == 1  # ... and no later run exists

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from ultimat3.core import FrozenClock, Signal, XError, swap_adapter, use_clock
+from ultimat3.core import FrozenClock, Signal, XError, capture_log_events, swap_adapter, use_clock
 from ultimat3.jobs import Concurrency, JobWorker, Retry, job, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
@@ -372,3 +372,41 @@ async def test_a_sigterm_during_stop_turns_the_wait_into_a_drain(driver: MemoryJ
     await asyncio.wait_for(stopping, timeout=5)
     assert "SIGTERM" in reasons[0]
     assert (await driver.introspect.show(job_id)).state == "ready"
+
+
+async def test_a_started_worker_registers_and_a_stopped_one_leaves(
+    driver: MemoryJobDriver,
+) -> None:
+    w = job_worker(jobs=[_job("a")], max_in_flight=3, poll_interval_ms=5, handle_signals=False)
+    await w.start()
+    [row] = await driver.introspect.workers()
+    assert row.id == w.id
+    assert row.queues == ("a",)
+    assert row.slots == 3
+    await w.stop()
+    assert await driver.introspect.workers() == []
+
+
+async def test_a_failing_claim_is_logged_and_the_loop_goes_on(driver: MemoryJobDriver) -> None:
+    class Down(ClaimSpy):
+        async def claim(self, **kw: Any) -> Any:
+            self.claims.append(((), 0))
+            raise ConnectionError("database is down")
+
+    down = Down(driver)
+    w = job_worker(
+        jobs=[_job("a")],
+        driver=down,
+        poll_interval_ms=2,
+        idle_poll_max_ms=4,
+        handle_signals=False,  # type: ignore[arg-type]
+    )
+    with capture_log_events() as events:
+        await w.start()
+        for _ in range(200):
+            if len(down.claims) >= 3:
+                break
+            await asyncio.sleep(0.005)
+        await w.stop()
+    assert len(down.claims) >= 3
+    assert any(e["event"] == "jobs.driver.unavailable" for e in events)
