@@ -5,6 +5,7 @@ the one thing Postgres cannot hold, a NUL character, is refused by name."""
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import psycopg
 import pytest
@@ -136,3 +137,22 @@ async def test_a_key_too_long_to_index_is_refused_not_crashed(
         )
     assert caught.value.code == "X_INVARIANT"
     assert "enqueue of job" in caught.value.message
+
+
+async def test_a_lone_surrogate_is_refused_not_crashed(pg_driver: PostgresJobDriver) -> None:
+    for field in ("queue", "payload"):
+        values: dict[str, Any] = {
+            "id": new_id(),
+            "run_id": new_id(),
+            "name": "n",
+            "queue": "q",
+            "payload": None,
+            "idempotency_key": "k",
+            "max_attempts": 1,
+        }
+        values[field] = "bad\ud800" if field == "queue" else {"s": "bad\ud800"}
+        for call in (pg_driver.enqueue, lambda r: pg_driver.enqueue_many([r])):
+            with pytest.raises(XError) as caught:
+                await call(EnqueueRequest(**values))
+            assert caught.value.code == "X_INVARIANT" and "Unicode" in caught.value.message
+    assert await pg_driver.stats() == []

@@ -51,6 +51,14 @@ def wrap_errors(what: str, schema: str | None = None) -> Iterator[None]:
             fix=f"run `await migrate(DATABASE_URL, schema={schema!r})` before using the driver",
             meta={"operation": what, "schema": schema},
         ) from exc
+    except UnicodeEncodeError as exc:
+        raise XError(
+            "X_INVARIANT",
+            f"postgres job driver: {what}: a value is not valid Unicode text ({exc.reason}: "
+            f"{exc.object[exc.start : exc.end]!r}), which Postgres cannot store",
+            fix="drop the lone surrogate from the name, key or JSON value",
+            meta={"operation": what},
+        ) from exc
     except (psycopg.DataError, pg_errors.ProgramLimitExceeded) as exc:
         raise XError(
             "X_INVARIANT",

@@ -9,6 +9,7 @@ database's.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ from ._leases import PostgresLeaseStore
 from ._rows import (
     check_text,
     check_uuid,
+    json_form,
     json_or_none,
+    json_text,
     ms_param,
     step_record,
     to_json_text,
@@ -219,8 +222,8 @@ class PostgresJobDriver:
     # --- enqueue --------------------------------------------------------------------------
 
     @staticmethod
-    def _values(req: EnqueueRequest) -> dict[str, Any]:
-        """Check one request (nothing is written) and answer its statement parameters."""
+    def _checked(req: EnqueueRequest) -> Any:
+        """Check one request (nothing is written); answers its payload in core's JSON form."""
         who = f"enqueue of job {req.id!r} ({req.name!r})"
         for field_name in ("id", "run_id", "name", "queue", "idempotency_key"):
             check_text(getattr(req, field_name), what=f"{who}: {field_name}")
@@ -235,25 +238,31 @@ class PostgresJobDriver:
                 f"{who}: max_attempts {attempts!r} is not >= 1",
                 fix="declare retry=Retry(attempts=n) with n >= 1",
             )
+        ms_param(req.run_at_ms, what=f"{who}: run_at_ms")
+        ms_param(req.delay_ms, what=f"{who}: delay_ms")
+        return json_form(req.payload, what=f"the payload of job {req.id} ({req.name})")
+
+    def _params(self, req: EnqueueRequest) -> dict[str, Any]:
+        form = self._checked(req)
         return {
             "id": req.id,
             "run_id": req.run_id,
             "name": req.name,
             "queue": req.queue,
-            "payload": to_json_text(req.payload, what=f"the payload of job {req.id} ({req.name})"),
+            "payload": json_text(form, what=f"the payload of job {req.id} ({req.name})"),
             "idempotency_key": req.idempotency_key,
             "tenant_id": req.tenant_id,
             "concurrency_key": req.concurrency_key,
-            "max_attempts": attempts,
-            "run_at_ms": ms_param(req.run_at_ms, what=f"{who}: run_at_ms"),
-            "delay_ms": ms_param(req.delay_ms, what=f"{who}: delay_ms"),
+            "max_attempts": req.max_attempts,
+            "run_at_ms": req.run_at_ms,
+            "delay_ms": req.delay_ms,
         }
 
     async def enqueue(
         self, request: EnqueueRequest, *, connection: object | None = None
     ) -> EnqueueResult:
         """One statement, one commit (or none: on ``connection`` the caller commits)."""
-        params = self._values(request)
+        params = self._params(request)
         conn = self._given(connection)
         params["notify"] = conn is not None or self._wake_due(request.queue)
         for _ in range(3):
@@ -282,7 +291,7 @@ class PostgresJobDriver:
                 f"({MAX_ENQUEUE_BATCH})",
                 fix="page the source with backfill(), or enqueue at most 10,000 at a time",
             )
-        values = [self._values(req) for req in requests]
+        forms = [self._checked(req) for req in requests]
         conn = self._given(connection)
         winners: list[int] = []
         refer: dict[int, int] = {}
@@ -299,13 +308,21 @@ class PostgresJobDriver:
             by_key[key] = i
             by_id[req.id] = i
             winners.append(i)
+        if refer:  # a deduped input is still checked whole: every refusal before any write
+            self._chunk_doc([requests[i] for i in refer], [forms[i] for i in refer])
         results: dict[int, EnqueueResult] = {}
         pending = winners
         for _ in range(3):
+            chunks = [
+                pending[at : at + ENQUEUE_CHUNK] for at in range(0, len(pending), ENQUEUE_CHUNK)
+            ]
+            docs = [
+                self._chunk_doc([requests[i] for i in c], [forms[i] for i in c]) for c in chunks
+            ]
             missing: list[int] = []
-            for start in range(0, len(pending), ENQUEUE_CHUNK):
-                chunk = pending[start : start + ENQUEUE_CHUNK]
-                rows = await self._enqueue_chunk([values[i] for i in chunk], conn)
+            for chunk, doc in zip(chunks, docs, strict=True):  # every doc built: nothing refused
+                queues = {requests[i].queue for i in chunk}
+                rows = await self._enqueue_chunk(doc, len(chunk), queues, conn)
                 for i, row in zip(chunk, rows, strict=True):
                     if row[0] is None:
                         missing.append(i)
@@ -313,7 +330,7 @@ class PostgresJobDriver:
                         results[i] = EnqueueResult(id=row[0], run_id=row[1], deduped=row[2])
             if not missing:
                 break
-            pending = missing
+            pending = missing  # their key's winner committed after the statement's snapshot
         else:
             raise XError(
                 "X_DRIVER_UNAVAILABLE",
@@ -329,26 +346,40 @@ class PostgresJobDriver:
             out.append(won)
         return out
 
-    async def _enqueue_chunk(self, chunk: list[dict[str, Any]], conn: Conn | None) -> list[Any]:
-        queues = {v["queue"] for v in chunk}
+    @staticmethod
+    def _chunk_doc(chunk: list[EnqueueRequest], forms: list[Any]) -> str:
+        """A chunk as one jsonb array of rows: one json.dumps here, one parse on the server."""
+        rows = [
+            {
+                "id": r.id,
+                "run_id": r.run_id,
+                "name": r.name,
+                "queue": r.queue,
+                "payload": form,
+                "idempotency_key": r.idempotency_key,
+                "tenant_id": r.tenant_id,
+                "concurrency_key": r.concurrency_key,
+                "max_attempts": r.max_attempts,
+                "run_at_ms": r.run_at_ms,
+                "delay_ms": r.delay_ms,
+            }
+            for r, form in zip(chunk, forms, strict=True)
+        ]
+        doc = json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+        if "\\u0000" in doc:  # rare: find the payload holding a NUL, if any, and name it
+            for r, form in zip(chunk, forms, strict=True):
+                json_text(form, what=f"the payload of job {r.id} ({r.name})")
+        return doc
+
+    async def _enqueue_chunk(
+        self, doc: str, size: int, queues: set[str], conn: Conn | None
+    ) -> list[Any]:
         woken = [self._wake_due(q) for q in queues]  # every queue's slot, not the first only
-        notify = conn is not None or any(woken)
-        params = {
-            "ids": [v["id"] for v in chunk],
-            "run_ids": [v["run_id"] for v in chunk],
-            "names": [v["name"] for v in chunk],
-            "queues": [v["queue"] for v in chunk],
-            "payloads": [v["payload"] for v in chunk],
-            "keys": [v["idempotency_key"] for v in chunk],
-            "tenants": [v["tenant_id"] for v in chunk],
-            "concurrency_keys": [v["concurrency_key"] for v in chunk],
-            "max_attempts": [v["max_attempts"] for v in chunk],
-            "run_at_ms": [v["run_at_ms"] for v in chunk],
-            "delay_ms": [v["delay_ms"] for v in chunk],
-            "notify": notify,
-        }
         return await self._db.fetchall(
-            "enqueue_many", params, conn=conn, what=f"enqueue_many of {len(chunk)} jobs"
+            "enqueue_many",
+            {"rows": doc, "notify": conn is not None or any(woken)},
+            conn=conn,
+            what=f"enqueue_many of {size} jobs",
         )
 
     # --- claim ----------------------------------------------------------------------------

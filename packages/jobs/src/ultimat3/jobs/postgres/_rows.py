@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from ultimat3.core import XError, dumps_json, is_lowercase_uuid
+from ultimat3.core import XError, is_lowercase_uuid, to_json_form
 from ultimat3.jobs._model import BackfillRow, JobDetail, JobRow, StepRecord, WorkerRow
 
 JOB_COLUMNS: Final = 20
@@ -93,20 +94,41 @@ def backfill_row(r: Sequence[Any]) -> BackfillRow:
     )
 
 
-def to_json_text(value: Any, *, what: str, code: str = "X_INVARIANT") -> str:
-    """``value`` in core's JSON form, as text for a ``jsonb`` parameter; refuses what has no JSON
-    form (or holds a NUL character, which ``jsonb`` cannot store) with ``code`` naming ``what``."""
+def json_form(value: Any, *, what: str, code: str = "X_INVARIANT") -> Any:
+    """``value`` in core's JSON form (a datetime becomes its ISO string ...); refuses what has
+    none with ``code`` naming ``what``."""
     try:
-        text = dumps_json(value)
+        return to_json_form(value)
     except XError as exc:
         raise XError(code, f"{what}: {exc.message}", fix=exc.fix, meta=exc.meta) from exc
-    if "\\u0000" in text:
+
+
+def json_text(form: Any, *, what: str, code: str = "X_INVARIANT") -> str:
+    """JSON text of a value already in JSON form, for a ``jsonb`` parameter; refuses a NUL
+    character, which ``jsonb`` cannot store."""
+    text = json.dumps(form, separators=(",", ":"), ensure_ascii=False)
+    if "\\u0000" in text and _holds_nul(form):
         raise XError(
             code,
             f"{what} holds a NUL character (\\u0000), which Postgres jsonb cannot store",
             fix="drop or escape the NUL character before storing the value",
         )
     return text
+
+
+def _holds_nul(form: Any) -> bool:
+    if isinstance(form, str):
+        return "\x00" in form
+    if isinstance(form, dict):
+        return any("\x00" in k or _holds_nul(v) for k, v in form.items())
+    if isinstance(form, list):
+        return any(_holds_nul(v) for v in form)
+    return False
+
+
+def to_json_text(value: Any, *, what: str, code: str = "X_INVARIANT") -> str:
+    """``value`` as JSON text for a ``jsonb`` parameter (``json_form`` then ``json_text``)."""
+    return json_text(json_form(value, what=what, code=code), what=what, code=code)
 
 
 def json_or_none(value: Mapping[str, Any] | None, *, what: str) -> str | None:

@@ -88,19 +88,21 @@ UNION ALL
 )
 
 -- name: enqueue_many
--- Up to ENQUEUE_CHUNK jobs in one statement: the inputs arrive as parallel arrays (already
--- deduplicated by key and id in Python), one INSERT ... ON CONFLICT DO NOTHING, then one result
--- per input in input order: inserted, or the row that won (same indexes as `enqueue`).
+-- Up to ENQUEUE_CHUNK jobs in one statement: the inputs arrive as ONE jsonb array of row
+-- objects (already deduplicated by key and id in Python; one parameter, parsed once), one
+-- INSERT ... ON CONFLICT DO NOTHING, then one result per input in input order: inserted, or the
+-- row that won (the same two indexes as `enqueue`).
 WITH input AS (
     SELECT i.*,
            coalesce(
                to_timestamp(0) + i.run_at_ms * interval '1 millisecond',
                now() + greatest(coalesce(i.delay_ms, 0), 0) * interval '1 millisecond'
            ) AS run_at
-    FROM unnest(
-        %(ids)s::uuid[], %(run_ids)s::uuid[], %(names)s::text[], %(queues)s::text[],
-        %(payloads)s::jsonb[], %(keys)s::text[], %(tenants)s::text[], %(concurrency_keys)s::text[],
-        %(max_attempts)s::integer[], %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[]
+    FROM ROWS FROM (
+        jsonb_to_recordset(%(rows)s::jsonb) AS (
+            id uuid, run_id uuid, name text, queue text, payload jsonb, idempotency_key text,
+            tenant_id text, concurrency_key text, max_attempts integer, run_at_ms bigint,
+            delay_ms bigint)
     ) WITH ORDINALITY AS i (
         id, run_id, name, queue, payload, idempotency_key, tenant_id, concurrency_key,
         max_attempts, run_at_ms, delay_ms, ord)
