@@ -16,7 +16,7 @@ import importlib
 
 from ._context import JobContext, JobLog
 from ._cursor import job_cursor
-from ._declare import Concurrency, Job, Retry, job
+from ._declare import Job, job
 from ._events import MemoryEventBus, memory_event_bus, publish_event
 from ._execute import ExecutionSettings, RunOutcome, execute_job
 from ._lock import LockGrant, hold_lock, with_lock
@@ -28,6 +28,7 @@ from ._model import (
     MAX_TASK_FIRES,
     EnqueueResult,
 )
+from ._policy import Concurrency, Retry
 from ._relay import outbox_relay
 from ._steps import Step
 from ._worker import JobWorker, WorkerStats, job_worker

@@ -8,18 +8,28 @@ declared field already resolved (``retry`` with the defaults merged, durations i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, cast, get_args, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 
-from ultimat3.core import Actor, BackoffCurve, Duration, JitterMode, XError, parse_duration
+from ultimat3.core import Actor, Duration, XError
 
+from ._checks import (
+    _UNSET,
+    _Causes,
+    _check_concurrency,
+    _check_duration,
+    _check_input,
+    _check_name,
+    _check_retry,
+    _only,
+    _type_name,
+)
 from ._facade import enqueue_batch, enqueue_one
 from ._model import EnqueueResult
+from ._policy import MAX_CONCURRENCY_KEY, Concurrency, Retry, WhenBusy
 
 if TYPE_CHECKING:
     from ._context import JobContext
@@ -28,69 +38,11 @@ if TYPE_CHECKING:
 I = TypeVar("I")  # noqa: E741 - the input type, as the spec names it
 R = TypeVar("R")
 
-WhenBusy = Literal["wait", "fail"]
-_WHEN_BUSY: Final = get_args(WhenBusy)
-_CURVES: Final = get_args(BackoffCurve)
-_JITTERS: Final = get_args(JitterMode)
-MAX_CONCURRENCY_KEY: Final = 200
-"""The longest concurrency key ``concurrency.key(input)`` may answer."""
-MAX_JOB_NAME: Final = 200
-
-DEFAULT_RETRY_ATTEMPTS: Final = 3
-DEFAULT_RETRY_DELAY_MS: Final = 1_000
-DEFAULT_RETRY_MAX_DELAY_MS: Final = 3_600_000
-
 Body = Callable[[I, "Step", "JobContext"], Awaitable[R]]
 """A job's body: ``async def body(input, step, ctx) -> result``."""
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Retry:
-    """How a failed attempt is retried. Every field has the framework's default, so a declared
-    ``Retry(attempts=5)`` is already the resolved policy; ``job.retry`` carries ``delay`` and
-    ``max_delay`` normalised to milliseconds."""
-
-    attempts: int = DEFAULT_RETRY_ATTEMPTS
-    """Attempts in all, the first included. ``ctx.final_attempt`` is ``attempt >= attempts``."""
-    backoff: BackoffCurve = "exponential"
-    jitter: JitterMode = "equal"
-    delay: Duration = DEFAULT_RETRY_DELAY_MS
-    """The base delay of the backoff curve."""
-    max_delay: Duration = DEFAULT_RETRY_MAX_DELAY_MS
-    """The ceiling of any one wait, a retry-after's included."""
-    dead_letter: bool = True
-    """``False``: attempts exhausted settle ``failed`` (dropped) instead of ``dead``."""
-
-    @property
-    def delay_ms(self) -> int:
-        return parse_duration(self.delay, name="retry.delay", allow_zero=True)
-
-    @property
-    def max_delay_ms(self) -> int:
-        return parse_duration(self.max_delay, name="retry.max_delay", allow_zero=True)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Concurrency(Generic[I]):
-    """A cap per key: at most ``limit`` runs sharing ``key(input)`` at once, fleet-wide."""
-
-    key: Callable[[I], str]
-    limit: int = 1
-    when_busy: WhenBusy = "wait"
-
-
 TenantOf = Callable[[I], str] | Literal["none"]
 OnSettled = Callable[[Any], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Causes:
-    """The causes of one declaration's refusal: what is wrong, and how to fix each."""
-
-    items: list[tuple[str, str]] = field(default_factory=list)
-
-    def add(self, cause: str, fix: str) -> None:
-        self.items.append((cause, fix))
 
 
 class Job(Generic[I, R]):
@@ -303,9 +255,6 @@ class _JobDecorator(Generic[I]):
         return _build(self._fields, body)
 
 
-_UNSET: Any = object()
-
-
 @overload
 def job(
     *,
@@ -467,158 +416,3 @@ def _build(f: dict[str, Any], body: Any, *, dry: bool = False) -> Job[Any, Any] 
         on_settled_timeout_ms=settled_timeout_ms or 30_000,
         body=body,
     )
-
-
-def _only(causes: _Causes) -> list[str]:
-    return [c for c, _ in causes.items]
-
-
-def _type_name(tp: object) -> str:
-    return getattr(tp, "__name__", None) or repr(tp)
-
-
-def _check_name(name: object, body: object, causes: _Causes) -> str | None:
-    if name is None:
-        if body is None:
-            return None
-        derived = getattr(body, "__name__", None)
-        if not isinstance(derived, str) or not derived.isidentifier():
-            causes.add(
-                f"name is missing and the body {body!r} has no usable __name__",
-                "pass name='<durable queue key>' (factories and lambdas need it)",
-            )
-            return None
-        return derived
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_JOB_NAME:
-        causes.add(
-            f"name {name!r} is not a non-empty str of at most {MAX_JOB_NAME} characters",
-            "name='onboard-org' — a durable queue key",
-        )
-        return None
-    return name
-
-
-def _check_input(tp: object, causes: _Causes) -> TypeAdapter[Any] | None:
-    if tp is _UNSET:
-        causes.add(
-            "input is missing",
-            "input=<a pydantic model, or any type pydantic validates>",
-        )
-        return None
-    try:
-        return TypeAdapter(cast(Any, tp))
-    except Exception as exc:  # pydantic refuses types it cannot validate
-        causes.add(
-            f"input {tp!r} is not a type pydantic validates ({type(exc).__name__})",
-            "input=<a pydantic model, or any type pydantic validates>",
-        )
-        return None
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_retry(retry: object, causes: _Causes) -> Retry | None:
-    if retry is None:
-        retry = Retry()
-    if not isinstance(retry, Retry):
-        causes.add(
-            f"retry is a {type(retry).__name__}, not a Retry",
-            "retry=Retry(attempts=5, backoff='exponential')",
-        )
-        return None
-    ok = True
-    if not _whole(retry.attempts) or retry.attempts < 1:
-        causes.add(
-            f"retry.attempts {retry.attempts!r} is not a whole number >= 1",
-            "Retry(attempts=3): the attempts in all, the first included",
-        )
-        ok = False
-    if retry.backoff not in _CURVES:
-        causes.add(
-            f"retry.backoff {retry.backoff!r} is not one of {', '.join(_CURVES)}",
-            "Retry(backoff='exponential' | 'linear' | 'fixed')",
-        )
-        ok = False
-    if retry.jitter not in _JITTERS:
-        causes.add(
-            f"retry.jitter {retry.jitter!r} is not one of {', '.join(_JITTERS)}",
-            "Retry(jitter='equal' | 'none' | 'full')",
-        )
-        ok = False
-    delay = _check_duration("retry.delay", retry.delay, causes, allow_zero=True)
-    max_delay = _check_duration("retry.max_delay", retry.max_delay, causes, allow_zero=True)
-    if delay is None or max_delay is None:
-        ok = False
-    elif max_delay < delay:
-        causes.add(
-            f"retry.max_delay ({max_delay} ms) is shorter than retry.delay ({delay} ms)",
-            "give max_delay >= delay",
-        )
-        ok = False
-    dead_letter: object = retry.dead_letter
-    if not isinstance(dead_letter, bool):
-        causes.add(f"retry.dead_letter {dead_letter!r} is not a bool", "dead_letter=False")
-        ok = False
-    if not ok or delay is None or max_delay is None:
-        return None
-    return replace(retry, delay=delay, max_delay=max_delay)
-
-
-def _check_cap(label: str, value: object, causes: _Causes) -> int | None:
-    if _whole(value) and isinstance(value, int) and value >= 1:
-        return value
-    why = "NaN" if isinstance(value, float) and math.isnan(value) else repr(value)
-    causes.add(
-        f"{label} {why} is not a whole number >= 1 (0, negative, fractional, NaN and "
-        "infinite caps are refused)",
-        f"{label}=4, or drop it for no cap",
-    )
-    return None
-
-
-def _check_concurrency(
-    value: object, causes: _Causes
-) -> tuple[int | None, Callable[[Any], str] | None, WhenBusy | None]:
-    if value is None:
-        return None, None, None
-    if isinstance(value, Concurrency):
-        limit = _check_cap("concurrency.limit", value.limit, causes)
-        key: object = value.key
-        if not callable(key):
-            causes.add(
-                f"concurrency.key is a {type(key).__name__}, not a function of the input",
-                "Concurrency(key=lambda i: str(i.account_id), limit=1)",
-            )
-        if value.when_busy not in _WHEN_BUSY:
-            causes.add(
-                f"concurrency.when_busy {value.when_busy!r} is not 'wait' or 'fail'",
-                "Concurrency(..., when_busy='wait' | 'fail')",
-            )
-        return limit, cast("Callable[[Any], str]", key) if callable(key) else None, value.when_busy
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return _check_cap("concurrency", value, causes), None, None
-    causes.add(
-        f"concurrency is a {type(value).__name__}: neither a cap nor a Concurrency",
-        "concurrency=4, or Concurrency(key=lambda i: ..., limit=1, when_busy='wait')",
-    )
-    return None, None, None
-
-
-def _check_duration(
-    label: str, value: object, causes: _Causes, *, allow_zero: bool = False
-) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value, name=label, allow_zero=allow_zero)  # type: ignore[arg-type]
-    except XError as exc:
-        if allow_zero:
-            causes.add(exc.message, f"{label}='1s' (a duration >= 0)")
-        else:
-            causes.add(
-                exc.message + " (a non-positive ceiling would read as 'no ceiling')",
-                f"{label}='30s' (a positive duration), or leave it unset",
-            )
-        return None
