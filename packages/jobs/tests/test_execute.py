@@ -684,3 +684,37 @@ async def test_one_span_per_job_one_child_span_per_step_and_jobs_total(
     ]
     assert fake.spans[0].attributes["ultimat3.outcome"] == "done"
     assert counter.adds == [(1, {"queue": "default", "outcome": "done"})]
+
+
+async def test_a_sleep_wakes_at_the_claim_plus_the_elapsed_monotonic_time(
+    driver: MemoryJobDriver, clock: FrozenClock
+) -> None:
+    now = [100.0]
+
+    async def body(input: Org, step: Any, ctx: Any) -> None:
+        now[0] += 5.0  # five seconds of work since the claim, on the worker's own clock
+        await step.sleep("1m")
+
+    j = declare(body)
+    claimed = await claim_one(driver, j)
+    clock.advance("1h")  # the wall clock is not what the wake time is read from
+    outcome = await execute_job(
+        claimed, j, driver=driver, settings=ExecutionSettings(monotonic=lambda: now[0])
+    )
+    row = await driver.introspect.show(claimed.id)
+    assert outcome.outcome == "suspend"
+    assert row.steps["sleep:1"].output == {"wake_at_ms": claimed.claimed_at_ms + 65_000}
+
+
+async def test_a_step_signal_hears_the_runs_cancellation(driver: MemoryJobDriver) -> None:
+    heard: list[str] = []
+
+    async def body(input: Org, step: Any, ctx: Any) -> None:
+        async def waits(signal: Signal) -> None:
+            heard.append((await signal.wait()).code)
+
+        await step.run("waits", waits)
+
+    j = declare(body, timeout=20, step_timeout="1m")
+    await execute_job(await claim_one(driver, j), j, driver=driver)
+    assert heard == ["X_JOB_TIMEOUT"]
