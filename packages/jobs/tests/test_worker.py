@@ -410,3 +410,22 @@ async def test_a_failing_claim_is_logged_and_the_loop_goes_on(driver: MemoryJobD
         await w.stop()
     assert len(down.claims) >= 3
     assert any(e["event"] == "jobs.driver.unavailable" for e in events)
+
+
+async def test_a_drained_worker_can_start_again(driver: MemoryJobDriver) -> None:
+    gate.set()
+    j = _job("a")
+    w = job_worker(jobs=[j], poll_interval_ms=5, handle_signals=False)
+    await w.start()
+    await w.drain()
+    assert w.stats().draining is True
+    await w.start()
+    assert w.stats().draining is False
+    result = await j.enqueue({"n": 1})
+    w.wake()
+    for _ in range(200):
+        if (await driver.introspect.show(result.id)).state == "done":
+            break
+        await asyncio.sleep(0.005)
+    await w.stop()
+    assert (await driver.introspect.show(result.id)).state == "done"

@@ -249,6 +249,8 @@ class JobWorker:
             return
         self.check()
         self._stopping = False
+        self._draining = False
+        self._drain_task = None
         await self._register()
         self._loop_task = asyncio.ensure_future(self._loop())
         if self._handle_signals:
