@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from ultimat3.core import Port, adapter, install_adapter, installed_adapter
 
+from ._cursor import job_cursor, parse_job_cursor
 from ._model import (
     ALL_STATES,
+    COUNTER_TIERS,
+    DEAD_RETENTION_MS,
+    DONE_RETENTION_MS,
     ENQUEUE_CHUNK,
     LIVE_STATES,
     MAX_BULK_ROWS,
@@ -42,6 +46,8 @@ from ._ports import (
     LeaseStore,
     OutboxStore,
     StepStore,
+    TaskFireRecorder,
+    WorkerRegistry,
 )
 from .drivers.memory import MemoryJobDriver, memory_job_driver
 
@@ -76,6 +82,9 @@ def installed_job_driver() -> JobDriver | None:
 
 __all__ = [
     "ALL_STATES",
+    "COUNTER_TIERS",
+    "DEAD_RETENTION_MS",
+    "DONE_RETENTION_MS",
     "ENQUEUE_CHUNK",
     "EVENT_BUS",
     "JOB_DRIVER",
@@ -111,10 +120,14 @@ __all__ = [
     "StepState",
     "StepStore",
     "TaskFire",
+    "TaskFireRecorder",
+    "WorkerRegistry",
     "WorkerRow",
     "install_job_driver",
     "installed_job_driver",
+    "job_cursor",
     "job_driver",
     "memory_job_driver",
+    "parse_job_cursor",
     "to_json_dict",
 ]
