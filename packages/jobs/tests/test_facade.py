@@ -457,3 +457,47 @@ async def test_under_an_aborted_signal_an_enqueue_rethrows_the_reason(
         await onboard.enqueue(org())
     assert exc.value.code == "X_DRAINING"
     assert await _rows(driver) == []
+
+
+async def test_enqueue_many_takes_a_sequence(spy: SpyDriver) -> None:
+    with pytest.raises(XError) as exc:
+        await onboard.enqueue_many(org())  # type: ignore[arg-type]
+    assert exc.value.code == "X_INVARIANT"
+    assert "enqueue_many" in exc.value.message
+    assert exc.value.fix
+
+
+async def test_prepared_requests_keep_the_batch_bound(spy: SpyDriver) -> None:
+    from ultimat3.jobs._facade import enqueue_requests
+
+    request = EnqueueRequest(
+        id=str(uuid4()),
+        run_id=str(uuid4()),
+        name="onboard",
+        queue="default",
+        payload={},
+        idempotency_key="k",
+        max_attempts=1,
+    )
+    with pytest.raises(XError) as exc:
+        await enqueue_requests([request] * (MAX_ENQUEUE_BATCH + 1))
+    assert exc.value.code == "X_JOB_ENQUEUE_BATCH_TOO_LARGE"
+    assert await enqueue_requests([]) == []
+    [result] = await enqueue_requests([request])
+    assert result.id == request.id
+    assert spy.one_calls == 1
+
+
+async def test_a_tenant_function_answering_an_empty_string_is_refused(spy: SpyDriver) -> None:
+    blank = job(
+        input=Org,
+        tenant=lambda i: "",
+        idempotency_key=lambda i: "k",
+        name="blank-tenant",
+        run=_noop,
+    )
+    with pytest.raises(XError) as exc:
+        await blank.enqueue(org())
+    assert exc.value.code == "X_INVARIANT"
+    assert "tenant" in exc.value.message
+    assert spy.one_calls == 0

@@ -7,10 +7,12 @@ import asyncio
 from typing import Any
 from uuid import UUID, uuid4
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from ultimat3.core import XError
 from ultimat3.jobs import Retry, job
 from ultimat3.jobs.testing import JobHarness, job_harness
 
@@ -208,3 +210,30 @@ async def test_a_self_enqueue_from_the_body_dedupes_onto_the_running_row() -> No
     assert trace.state == "done"
     assert answers == [(True, True)]  # it armed nothing ...
     assert len(await h.rows(name="rearm")) == 1  # ... and no later run exists
+
+
+async def test_a_drain_that_never_settles_is_refused_not_looped_forever() -> None:
+    class Forever(BaseModel):
+        key: str
+
+    @job(input=Forever, idempotency_key=lambda f: f.key, retry=Retry(attempts=10_000, delay=0))
+    async def forever(input: Forever, step: Any, ctx: Any) -> None:
+        raise RuntimeError("again")
+
+    h = JobHarness(jobs=[forever], max_passes=5)
+    with pytest.raises(XError) as exc:
+        await h(forever, {"key": "f"})
+    assert exc.value.code == "X_INVARIANT"
+    assert "5 passes" in exc.value.message
+    assert exc.value.fix
+
+
+async def test_a_trace_needs_a_job() -> None:
+    with pytest.raises(XError) as exc:
+        await JobHarness(jobs=[forever_stub]).trace()
+    assert exc.value.code == "X_INVARIANT"
+
+
+@job(input=OnboardOrg, idempotency_key=lambda i: str(i.org_id), name="forever-stub")
+async def forever_stub(input: OnboardOrg, step: Any, ctx: Any) -> None:
+    return None

@@ -468,3 +468,67 @@ async def test_an_event_rolled_back_never_happened() -> None:
     h.clock.advance("30s")
     trace = await h.drain()
     assert trace is not None and trace.state == "suspended"
+
+
+@pytest.mark.parametrize(
+    ("call", "code", "needle"),
+    [
+        (lambda step: step.run("x", "not callable"), "X_INVARIANT", "fn"),
+        (
+            lambda step: step.wait_for_event("w", "", schema=dict),
+            "X_JOB_DECLARATION_INVALID",
+            "event",
+        ),
+        (
+            lambda step: step.wait_for_event("w", "e", schema=dict, match=42),
+            "X_JOB_DECLARATION_INVALID",
+            "match",
+        ),
+        (lambda step: step.sleep(-1), "X_DURATION_INVALID", "step.sleep"),
+    ],
+)
+async def test_a_misused_step_is_refused_naming_the_problem(
+    call: Any, code: str, needle: str
+) -> None:
+    @job(input=Key, idempotency_key=_key, name=f"misuse-{code}-{needle}")
+    async def misuse(input: Key, step: Any, ctx: Any) -> None:
+        await call(step)
+
+    trace = await _h(misuse)(misuse, {})
+    assert trace.last_error is not None
+    assert trace.last_error["code"] == code
+    assert needle in trace.last_error["message"]
+    assert trace.last_error["fix"]
+
+
+async def test_compensation_is_not_shipped_yet_and_says_so() -> None:
+    @job(input=Key, idempotency_key=_key, compensates=True)
+    async def compensating(input: Key, step: Any, ctx: Any) -> None:
+        await step.run("charge", lambda s: 1, compensate=lambda out: None)
+
+    trace = await _h(compensating)(compensating, {})
+    assert trace.last_error is not None
+    assert trace.last_error["code"] == "X_NOT_IMPLEMENTED"
+    assert "charge" in trace.last_error["message"]
+
+
+async def test_a_wait_with_no_event_bus_names_the_fix() -> None:
+    from ultimat3.core import FrozenClock, swap_adapter, use_clock
+    from ultimat3.jobs import execute_job
+    from ultimat3.jobs.adapter import JOB_DRIVER
+    from ultimat3.jobs.drivers.memory import memory_job_driver
+
+    @job(input=Key, idempotency_key=_key, retry=Retry(attempts=1))
+    async def busless(input: Key, step: Any, ctx: Any) -> None:
+        await step.wait_for_event("w", "e", schema=dict)
+
+    driver = memory_job_driver()
+    with use_clock(FrozenClock()), swap_adapter(JOB_DRIVER, driver):
+        await busless.enqueue({})
+        [claimed] = await driver.claim(
+            queues=["default"], limit=1, worker_id="w", visibility_timeout_ms=1000
+        )
+        outcome = await execute_job(claimed, busless, driver=driver)
+    assert outcome.error is not None
+    assert outcome.error["code"] == "X_ADAPTER_MISSING"
+    assert "EVENT_BUS" in (outcome.error["fix"] or "")
