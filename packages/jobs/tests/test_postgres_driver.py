@@ -14,7 +14,7 @@ from psycopg import sql
 import ultimat3.jobs.postgres as pg
 from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import EnqueueRequest
-from ultimat3.jobs._ports import JobDriver, JobIntrospection, LeaseStore, StepStore
+from ultimat3.jobs._ports import BatchSettler, JobDriver, JobIntrospection, LeaseStore, StepStore
 from ultimat3.jobs.postgres import AckRequest, PostgresJobDriver, postgres_job_driver
 
 NOWHERE = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
@@ -286,3 +286,7 @@ async def test_workers_register_heartbeat_and_expire(pg_driver: PostgresJobDrive
     await pg_driver.purge()
     assert not await pg_driver.worker_heartbeat("w-1", in_flight=[])
     assert not await pg_driver.deregister_worker("w-1")
+
+
+def test_the_driver_offers_the_batch_settles_of_the_port(pg_driver: PostgresJobDriver) -> None:
+    assert isinstance(pg_driver, BatchSettler)

@@ -215,6 +215,16 @@ class CounterTotals:
 
 
 @dataclass(frozen=True, slots=True)
+class AckRequest:
+    """One ack of a batch (``BatchSettler.ack_many``): the run, its claim, what it returned."""
+
+    job_id: str
+    claim: str
+    result: Any = None
+    duration_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BackfillRow:
     id: str
     name: str

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ._model import (
+    AckRequest,
     BackfillRow,
     BulkResult,
     ClaimedJob,
@@ -211,6 +212,26 @@ class TaskFireRecorder(Protocol):
     async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
         """Record ``occurrence_ms`` as the task's last fire; ``False`` (nothing changed) when it is
         not later than the one already recorded, so a task never fires one occurrence twice."""
+        ...
+
+
+@runtime_checkable
+class BatchSettler(Protocol):
+    """Optional driver members: many settles of ONE worker in one round trip each (the Postgres
+    driver: one statement, one commit). A worker that finds them batches its acks and lease
+    renewals; each item is fenced exactly like ``ack`` / ``heartbeat``, and the answer says, per
+    item and in input order, whether it landed."""
+
+    async def ack_many(self, acks: Sequence[AckRequest], *, worker_id: str) -> list[bool]: ...
+
+    async def heartbeat_many(
+        self,
+        leases: Sequence[tuple[str, str]],
+        *,
+        worker_id: str,
+        visibility_timeout_ms: int,
+    ) -> list[bool]:
+        """Renew every ``(job_id, claim)`` lease the worker holds."""
         ...
 
 

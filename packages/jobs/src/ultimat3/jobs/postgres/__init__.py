@@ -16,7 +16,9 @@ The schema is ``sql/schema.sql`` (authoritative), the statements ``sql/queries.s
 docs/postgres.md.
 """
 
-from ._driver import AckRequest, PostgresJobDriver, PostgresStepStore, postgres_job_driver
+from ultimat3.jobs._model import AckRequest
+
+from ._driver import PostgresJobDriver, PostgresStepStore, postgres_job_driver
 from ._introspect import PostgresJobIntrospection
 from ._leases import PostgresLeaseStore
 from ._migrate import migrate

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid, log_event
 from ultimat3.jobs._model import (
     ENQUEUE_CHUNK,
     MAX_ENQUEUE_BATCH,
+    AckRequest,
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
@@ -50,16 +50,6 @@ STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
 WAKE_INTERVAL_S: Final = 0.25
 """At most one notification per queue per 250 ms from one process (Postgres serialises every
 notifying commit behind one lock)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AckRequest:
-    """One ack of a batch (``PostgresJobDriver.ack_many``)."""
-
-    job_id: str
-    claim: str
-    result: Any = None
-    duration_ms: int | None = None
 
 
 def _positive_ms(value: object, what: str) -> int:
