@@ -158,7 +158,15 @@ async def test_a_step_output_with_no_json_form_is_x_step_output_unserializable(
     assert await driver.steps.load(r.id) == {}
     with pytest.raises(XError) as info:
         await driver.ack(r.id, worker_id="w", claim=job.claim, result=object())
-    assert code_of(info) == "X_STEP_OUTPUT_UNSERIALIZABLE"
+    assert code_of(info) == "X_STEP_OUTPUT_UNSERIALIZABLE" and r.id in info.value.message
+    with pytest.raises(XError) as info:
+        await driver.progress(r.id, worker_id="w", claim=job.claim, progress={"at": b"\x01"})
+    assert code_of(info) == "X_INVARIANT" and r.id in info.value.message
+    with pytest.raises(XError) as info:
+        await driver.steps.record(
+            r.id, "s", state="failed", worker_id="w", claim=job.claim, error={"e": {1, b"x"}}
+        )
+    assert code_of(info) == "X_INVARIANT" and r.id in info.value.message
     assert (await driver.introspect.show(r.id)).state == "running"
 
 
@@ -292,6 +300,9 @@ async def test_the_lease_store_refuses_nonsense(driver: MemoryJobDriver) -> None
     with pytest.raises(XError) as info:
         await driver.leases.acquire("k", limit=1, holder="", ttl_ms=10)
     assert code_of(info) == "X_INVARIANT" and "holder" in info.value.message
+    with pytest.raises(XError) as info:
+        await driver.leases.renew("", 0, holder="h", ttl_ms=10)
+    assert code_of(info) == "X_INVARIANT" and "key" in info.value.message
 
 
 async def test_the_backfill_ledger_refuses_unknown_passes_and_bad_states(
