@@ -82,6 +82,9 @@ class ConformanceBase:
     """Short, so a real-clock driver waits little for a lease to lapse."""
     settle_margin_ms: ClassVar[int] = 250
     """Added to every wait for a lapse or a due time, for a real clock's jitter."""
+    soon_ms: ClassVar[int] = 600
+    """A window the suite first asserts has NOT passed (a backoff, a run time, a TTL), then waits
+    out: long enough that a busy machine does not cross it between two calls."""
 
     # --- what a subclass provides ------------------------------------------------------------
 

@@ -261,7 +261,7 @@ class OperateConformance(ConformanceBase):
         assert isinstance(driver, WorkerRegistry), "supports_workers needs WorkerRegistry members"
         assert intro is not None
         w1, w2 = uniq("w"), uniq("w")
-        vt = self.visibility_timeout_ms
+        vt = self.soon_ms
         await driver.register_worker(
             w1, host="h1", queues=["a", "b"], slots=4, visibility_timeout_ms=vt
         )

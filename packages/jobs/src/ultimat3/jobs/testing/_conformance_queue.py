@@ -204,7 +204,7 @@ class QueueConformance(ConformanceBase):
 
     async def test_claim_honours_run_at(self, driver: JobDriver) -> None:
         q = uniq("q")
-        soon = self.visibility_timeout_ms
+        soon = self.soon_ms
         r = self.req(q, run_at_ms=await driver.now_ms() + soon)
         await driver.enqueue(r)
         assert await self.claim(driver, q) == []
@@ -300,7 +300,7 @@ class QueueConformance(ConformanceBase):
             "meta": {},
             "status": None,
         }
-        backoff = self.visibility_timeout_ms
+        backoff = self.soon_ms
         assert await driver.nack(
             job.id,
             worker_id=job.worker_id,
@@ -393,7 +393,7 @@ class QueueConformance(ConformanceBase):
         q = uniq("q")
         await driver.enqueue(self.req(q))
         job = await self.claim_one(driver, q)
-        wait = self.visibility_timeout_ms
+        wait = self.soon_ms
         assert await driver.nack(
             job.id, worker_id=job.worker_id, claim=job.claim, outcome="release", delay_ms=wait
         )

@@ -296,7 +296,7 @@ class RunConformance(ConformanceBase):
         if leases is None:
             return
         key = uniq("lease")
-        ttl = self.visibility_timeout_ms
+        ttl = self.soon_ms
         grant = await leases.acquire(key, limit=1, holder="h1", ttl_ms=ttl)
         assert grant is not None
         assert await leases.acquire(key, limit=1, holder="h2", ttl_ms=LONG_VT) is None
