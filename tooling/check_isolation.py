@@ -73,7 +73,9 @@ def main() -> int:
                 continue
             got, want = wheel_requires(wheel), declared(dist)
             if got != want:
-                failures.append(f"ultimat3-{dist}: wheel requires {sorted(got)}, declared {sorted(want)}")
+                failures.append(
+                    f"ultimat3-{dist}: wheel requires {sorted(got)}, declared {sorted(want)}"
+                )
             with zipfile.ZipFile(wheel) as zf:
                 if any(n == "ultimat3/__init__.py" for n in zf.namelist()):
                     failures.append(f"ultimat3-{dist}: ships ultimat3/__init__.py (breaks PEP 420)")
@@ -89,7 +91,12 @@ def main() -> int:
 
         jobs = venv_with(tmp, "jobs", wheels, "ultimat3-jobs")
         run(jobs, "-c", "import ultimat3.jobs, ultimat3.core")
-        for other in ("ultimat3.http", "ultimat3.storage", "ultimat3.entity", "ultimat3.jobs_redis"):
+        for other in (
+            "ultimat3.http",
+            "ultimat3.storage",
+            "ultimat3.entity",
+            "ultimat3.jobs_redis",
+        ):
             if importable(jobs, other):
                 failures.append(f"ultimat3-jobs alone makes {other} importable")
         print("jobs alone: ultimat3.jobs imports; http, storage, entity, jobs_redis do not")
