@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import ultimat3.jobs.postgres as pg
 from ultimat3.core import XError, new_id
@@ -290,3 +291,38 @@ async def test_workers_register_heartbeat_and_expire(pg_driver: PostgresJobDrive
 
 def test_the_driver_offers_the_batch_settles_of_the_port(pg_driver: PostgresJobDriver) -> None:
     assert isinstance(pg_driver, BatchSettler)
+
+
+async def test_the_pool_recovers_from_killed_connections(database_url: str, pg_schema: str) -> None:
+    app = f"x_test_{new_id()[:8]}"
+    dsn = make_conninfo(database_url, application_name=app)
+    driver = postgres_job_driver(dsn, schema=pg_schema, min_size=2, max_size=2)
+
+    async def kill_all() -> int:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (app,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            return int(row[0])
+
+    try:
+        await driver.enqueue_many([req(i) for i in range(3)])
+        assert await kill_all() >= 1
+        # a statement safe to repeat is sent again on a fresh connection
+        assert (await driver.enqueue(req(9))).deduped is False
+        [stats] = await driver.stats()
+        assert stats.ready == 4
+        assert await kill_all() >= 1
+        # a claim may have committed before its connection died: it is not repeated ...
+        with pytest.raises(XError) as caught:
+            await claim(driver, limit=1)
+        assert caught.value.code == "X_DRIVER_UNAVAILABLE"
+        # ... and the next one runs on a healthy pool
+        got = await claim(driver, limit=10)
+        assert len(got) == 4
+    finally:
+        await driver.close()

@@ -13,7 +13,7 @@ import pytest
 
 from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest
-from ultimat3.jobs.postgres import PostgresJobDriver, wake_channel
+from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, wake_channel
 from ultimat3.jobs.postgres._db import Database
 
 
@@ -156,3 +156,25 @@ def pg_driver_dsn(driver: PostgresJobDriver) -> str:
     dsn = driver._db._dsn  # the fixture built it from a DSN
     assert dsn is not None
     return dsn
+
+
+async def test_batches_racing_on_overlapping_keys_never_deadlock(
+    pg_driver: PostgresJobDriver, database_url: str, pg_schema: str
+) -> None:
+    other = postgres_job_driver(database_url, schema=pg_schema)
+    try:
+        for round_ in range(5):
+            keys = [f"r{round_}-{i}" for i in range(300)]
+            forward = [req(i, key=k) for i, k in enumerate(keys)]
+            backward = [req(i, key=k) for i, k in enumerate(reversed(keys))]
+            a, b = await asyncio.gather(
+                pg_driver.enqueue_many(forward), other.enqueue_many(backward)
+            )
+            by_key = {r.idempotency_key: res.id for r, res in zip(forward, a, strict=True)}
+            for r, res in zip(backward, b, strict=True):
+                assert by_key[r.idempotency_key] == res.id
+            assert sum(not x.deduped for x in a + b) == 300
+    finally:
+        await other.close()
+    [stats] = await pg_driver.stats()
+    assert stats.ready == 1500

@@ -9,9 +9,9 @@ and commits or rolls back with it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeAlias, cast
+from typing import Any, Final, TypeAlias, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -23,9 +23,11 @@ from ultimat3.core import XError
 from ._sql import check_schema_name, compile_queries
 
 Conn: TypeAlias = psycopg.AsyncConnection[Any]
+Cursor: TypeAlias = psycopg.AsyncCursor[Any]
 Pool: TypeAlias = AsyncConnectionPool[Any]
 Row: TypeAlias = tuple[Any, ...]
 Params: TypeAlias = Mapping[str, Any]
+T = TypeVar("T")
 
 _FIX_UNAVAILABLE = (
     "check that Postgres is up and DATABASE_URL points at it; the call is safe to retry"
@@ -149,8 +151,11 @@ class Database:
                 return opened
             assert self._dsn is not None
             kwargs: dict[str, Any] = {"autocommit": True}
-            if "connect_timeout" not in conninfo_to_dict(self._dsn):
+            given_params = conninfo_to_dict(self._dsn)
+            if "connect_timeout" not in given_params:
                 kwargs["connect_timeout"] = max(1, int(self._timeout_s))
+            if "application_name" not in given_params:
+                kwargs["application_name"] = "ultimat3.jobs"
             created: Pool = AsyncConnectionPool(
                 self._dsn,
                 kwargs=kwargs,
@@ -195,23 +200,101 @@ class Database:
     async def fetchall(
         self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
     ) -> list[Row]:
-        with wrap_errors(what or name, self.schema):
-            async with self.connection(conn) as c:
-                cur = await c.execute(self.q[name], params)
-                return await cur.fetchall()
+        return await self._run(name, params, conn, what, _all)
 
     async def fetchone(
         self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
     ) -> Row | None:
-        with wrap_errors(what or name, self.schema):
-            async with self.connection(conn) as c:
-                cur = await c.execute(self.q[name], params)
-                return await cur.fetchone()
+        return await self._run(name, params, conn, what, _one)
 
     async def rowcount(
         self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
     ) -> int:
+        return await self._run(name, params, conn, what, _count)
+
+    async def _run(
+        self,
+        name: str,
+        params: Params,
+        conn: Conn | None,
+        what: str | None,
+        read: Callable[[Cursor], Awaitable[T]],
+    ) -> T:
+        """One statement. On the caller's connection: once, inside its transaction. On a pool
+        connection (autocommit: a failed statement changed nothing): again after a deadlock or
+        a serialization failure, and — for a statement safe to repeat — after a lost
+        connection, once the pool has dropped its dead connections (a server restart)."""
         with wrap_errors(what or name, self.schema):
-            async with self.connection(conn) as c:
-                cur = await c.execute(self.q[name], params)
-                return cur.rowcount
+            if conn is not None:
+                return await read(await conn.execute(self.q[name], params))
+            for attempt in range(ATTEMPTS):
+                last = attempt == ATTEMPTS - 1
+                try:
+                    async with self.connection() as c:
+                        return await read(await c.execute(self.q[name], params))
+                except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                    if last:
+                        raise
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if not _connection_lost(exc):
+                        raise
+                    if self._pool is not None:
+                        await self._pool.check()  # drop every dead idle connection now
+                    if last or name not in REPEATABLE:
+                        raise
+            raise AssertionError("unreachable: the last attempt raises")
+
+
+ATTEMPTS: Final = 3
+REPEATABLE: Final = frozenset(
+    {
+        # reads
+        "now_ms",
+        "stats",
+        "steps_load",
+        "show",
+        "list_after",
+        "list_before",
+        "job_state",
+        "paused_queues",
+        "paused_tasks",
+        "task_fires",
+        "workers",
+        "counters",
+        "counter_totals",
+        "lease_holders",
+        "backfill_list",
+        # writes whose repeat changes nothing more (an enqueue dedupes on its own id)
+        "enqueue",
+        "enqueue_many",
+        "heartbeat",
+        "heartbeat_many",
+        "progress",
+        "pause_queue",
+        "pause_task",
+        "register_worker",
+        "worker_heartbeat",
+        "lease_renew",
+        "wake_waiters",
+    }
+)
+"""Statements the driver sends again after a lost connection. A claim or a settle is not among
+them: it may have committed before the connection died, so the caller hears
+X_DRIVER_UNAVAILABLE and the lease (or the fence) decides what happens next."""
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+async def _all(cur: Cursor) -> list[Row]:
+    return await cur.fetchall()
+
+
+async def _one(cur: Cursor) -> Row | None:
+    return await cur.fetchone()
+
+
+async def _count(cur: Cursor) -> int:
+    return cur.rowcount

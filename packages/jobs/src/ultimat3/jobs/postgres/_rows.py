@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -94,9 +95,29 @@ def backfill_row(r: Sequence[Any]) -> BackfillRow:
     )
 
 
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is already its own JSON form: exact dict (str keys) / list / str / int /
+    finite float / bool / None. Type identity checks only, so the common payload skips core's
+    general (and slower) walk; anything else takes that walk."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth > 64:
+        return False
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
+
 def json_form(value: Any, *, what: str, code: str = "X_INVARIANT") -> Any:
     """``value`` in core's JSON form (a datetime becomes its ISO string ...); refuses what has
     none with ``code`` naming ``what``."""
+    if _plain(value):
+        return value
     try:
         return to_json_form(value)
     except XError as exc:

@@ -91,7 +91,8 @@ UNION ALL
 -- Up to ENQUEUE_CHUNK jobs in one statement: the inputs arrive as ONE jsonb array of row
 -- objects (already deduplicated by key and id in Python; one parameter, parsed once), one
 -- INSERT ... ON CONFLICT DO NOTHING, then one result per input in input order: inserted, or the
--- row that won (the same two indexes as `enqueue`).
+-- row that won (the same two indexes as `enqueue`). Rows go in in key order, so two batches
+-- racing on overlapping keys wait on each other in one order and never deadlock.
 WITH input AS (
     SELECT i.*,
            coalesce(
@@ -116,7 +117,7 @@ inserted AS (
            i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
            0, i.max_attempts, i.run_at, now(), now()
     FROM input i
-    ORDER BY i.ord
+    ORDER BY i.name, coalesce(i.tenant_id, ''), i.idempotency_key
     ON CONFLICT DO NOTHING
     RETURNING id, queue, state
 ),
