@@ -340,3 +340,23 @@ async def test_close_closes_only_a_client_the_driver_made(req: Req) -> None:
         assert await client.ping()
     finally:
         await client.aclose()
+
+
+async def test_a_claim_steps_over_rows_gone_from_under_their_indexes(
+    driver: RedisJobDriver, req: Req
+) -> None:
+    """A row deleted behind the driver's back (an eviction, a stray DEL) is dropped from the
+    queue's sets by the next claim instead of failing it."""
+    lapsing = await driver.enqueue(req())
+    (held,) = await driver.claim(
+        queues=["default"], limit=1, worker_id="w", visibility_timeout_ms=50
+    )
+    assert held.id == lapsing.id
+    gone, kept = await driver.enqueue_many([req(), req()])
+    base = "{" + driver.prefix + "}:"
+    await driver.client.delete(base + "j:" + held.id, base + "j:" + gone.id)
+    await asyncio.sleep(0.1)
+    assert [j.id for j in await claim_all(driver)] == [kept.id]
+    assert await claim_all(driver) == []
+    assert await driver.client.zcard(base + "w:default") == 0
+    assert await driver.client.zrange(base + "r:default", 0, -1) == [kept.id.encode()]

@@ -18,7 +18,7 @@ local function matching()
     for _, m in ipairs(members) do
       local id = string.sub(m, 18)
       local f = redis.call('HMGET', P .. 'j:' .. id, 'queue', 'name', 'tenant_id', 'run_at', 'lk')
-      if (not queue or f[1] == queue) and (not name or f[2] == name)
+      if f[5] and (not queue or f[1] == queue) and (not name or f[2] == name)
         and (any_tenant or f[3] == tenant_value) then
         out[#out + 1] = { id = id, run_at = tonumber(f[4]), lk = f[5] }
       end

@@ -30,11 +30,11 @@ for i = 1, nq do
     seen[q] = true
     local due = redis.call('ZRANGEBYSCORE', P .. 'w:' .. q, '-inf', N(now), 'WITHSCORES', 'LIMIT', 0, limit)
     for j = 1, #due, 2 do
-      cands[#cands + 1] = { id = due[j], at = tonumber(due[j + 1]) }
+      cands[#cands + 1] = { id = due[j], at = tonumber(due[j + 1]), q = q }
     end
     local lap = redis.call('ZRANGEBYSCORE', P .. 'r:' .. q, '-inf', N(now), 'WITHSCORES', 'LIMIT', 0, limit)
     for j = 1, #lap, 2 do
-      lapsed[#lapsed + 1] = { id = lap[j], at = tonumber(lap[j + 1]) }
+      lapsed[#lapsed + 1] = { id = lap[j], at = tonumber(lap[j + 1]), q = q }
     end
   end
 end
@@ -46,7 +46,9 @@ for k = 1, math.min(limit, #lapsed) do
   local key = P .. 'j:' .. id
   local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'run_at', 'worker_id')
   local attempts, max_attempts = tonumber(f[1]), tonumber(f[2])
-  if attempts >= max_attempts then
+  if not attempts then
+    redis.call('ZREM', P .. 'r:' .. lapsed[k].q, id) -- a row gone from under its index
+  elseif attempts >= max_attempts then
     local r = load(id)
     local state = nodead[r.name] and 'failed' or 'dead'
     local lapsed_worker = f[4] or ''
@@ -58,28 +60,38 @@ for k = 1, math.min(limit, #lapsed) do
     count(r.name, state == 'failed' and 'f' or 'x', now, nil)
     buried[#buried + 1] = { id, r.name, r.queue, f[1], f[2], state, lapsed_worker }
   else
-    cands[#cands + 1] = { id = id, at = tonumber(f[3]) }
+    cands[#cands + 1] = { id = id, at = tonumber(f[3]), q = lapsed[k].q }
   end
 end
 
 table.sort(cands, before)
 local claimed = {}
-for k = 1, math.min(limit, #cands) do
-  local id = cands[k].id
+local k = 0
+for c = 1, #cands do
+  if #claimed >= limit then
+    break
+  end
+  local id = cands[c].id
   local key = P .. 'j:' .. id
   local f = redis.call('HMGET', key,
     'run_id', 'name', 'queue', 'payload', 'attempts', 'max_attempts', 'idempotency_key',
     'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event')
-  local attempts = tonumber(f[5]) + 1
-  local token = nonce .. ':' .. k
-  local lease = now + vt
-  local r = { id = id, queue = f[3], state = f[11], created_at = f[10], lk = f[12],
-    wait_event = f[13] or nil }
-  forget_wait(r)
-  redis.call('HSET', key, 'attempts', attempts, 'worker_id', worker, 'claim', token,
-    'lease_expires_at', N(lease))
-  move(r, 'running', now, lease)
-  claimed[#claimed + 1] = { id, f[1], f[2], f[3], f[4], attempts, f[6], token, lease, f[7],
-    f[8], f[9], f[10] }
+  if not f[1] then
+    redis.call('ZREM', P .. 'w:' .. cands[c].q, id) -- a row gone from under its index
+    redis.call('ZREM', P .. 'r:' .. cands[c].q, id)
+  else
+    k = k + 1
+    local attempts = tonumber(f[5]) + 1
+    local token = nonce .. ':' .. k
+    local lease = now + vt
+    local r = { id = id, queue = f[3], state = f[11], created_at = f[10], lk = f[12],
+      wait_event = f[13] or nil }
+    forget_wait(r)
+    redis.call('HSET', key, 'attempts', attempts, 'worker_id', worker, 'claim', token,
+      'lease_expires_at', N(lease))
+    move(r, 'running', now, lease)
+    claimed[#claimed + 1] = { id, f[1], f[2], f[3], f[4], attempts, f[6], token, lease, f[7],
+      f[8], f[9], f[10] }
+  end
 end
 return { now, claimed, buried }
