@@ -24,6 +24,7 @@ from ._leases import PostgresLeaseStore
 from ._migrate import migrate
 from ._sql import wake_channel
 from ._transaction import transaction
+from ._wake import QueueWake, start_queue_wake
 
 __all__ = [
     "AckRequest",
@@ -31,8 +32,10 @@ __all__ = [
     "PostgresJobIntrospection",
     "PostgresLeaseStore",
     "PostgresStepStore",
+    "QueueWake",
     "migrate",
     "postgres_job_driver",
+    "start_queue_wake",
     "transaction",
     "wake_channel",
 ]

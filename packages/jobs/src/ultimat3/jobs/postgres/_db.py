@@ -135,6 +135,20 @@ class Database:
     def owns_pool(self) -> bool:
         return self._owned
 
+    def conninfo(self) -> str:
+        """The DSN the driver connects with (its own, or the caller's pool's)."""
+        if self._dsn is not None:
+            return self._dsn
+        assert self._pool is not None
+        info = self._pool.conninfo
+        if isinstance(info, str) and info:
+            return info
+        raise XError(
+            "X_CONFIG_INVALID",
+            "postgres job driver: the caller's pool has no plain conninfo to dial a session with",
+            fix="pass dsn=DATABASE_URL where a DSN is asked for",
+        )
+
     async def open(self) -> Pool:
         """The pool, opened on first use when the driver owns it."""
         if self._pool is not None:

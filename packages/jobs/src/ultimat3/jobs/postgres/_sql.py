@@ -122,6 +122,7 @@ def compile_queries(schema: str) -> MappingProxyType[str, str]:
         sql.Identifier(schema, "x_job_lease_tokens").as_string(None)
     )
     fills["channel"] = sql.Literal(wake_channel(schema))
+    fills["channel_ident"] = sql.Identifier(wake_channel(schema))
     fills["counter_bucket_ms"] = _int_array(tuple(b for b, _ in COUNTER_TIERS))
     fills["counter_kept_ms"] = _int_array(tuple(k for _, k in COUNTER_TIERS))
     fills["counter_tiers"] = sql.Literal(len(COUNTER_TIERS))

@@ -958,3 +958,12 @@ CREATE SCHEMA IF NOT EXISTS {schema}
 
 -- name: migrate_search_path
 SET LOCAL search_path TO {schema}
+
+-- name: wake_listen
+-- The worker process's one LISTEN session (QueueWake). The channel is an identifier here.
+LISTEN {channel_ident}
+
+-- name: wake_probe
+-- The proof probe, sent through the driver's pool: it must come back on the LISTEN session
+-- (PgBouncer in transaction mode, for one, delivers no notification).
+SELECT pg_notify({channel}, %(token)s)
