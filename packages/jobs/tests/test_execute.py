@@ -37,7 +37,13 @@ from ultimat3.jobs import (
 from ultimat3.jobs.adapter import JOB_DRIVER, ClaimedJob, EnqueueRequest
 from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
 
-register_error_retry({"X_TEST_EXEC_TERMINAL": "terminal", "X_TEST_EXEC_RETRY_AFTER": "retry-after"})
+
+@pytest.fixture(autouse=True)
+def _classified() -> None:
+    """Registered per test: another module's test may reset the registry meanwhile."""
+    register_error_retry(
+        {"X_TEST_EXEC_TERMINAL": "terminal", "X_TEST_EXEC_RETRY_AFTER": "retry-after"}
+    )
 
 
 class Org(BaseModel):
