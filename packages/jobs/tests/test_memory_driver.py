@@ -9,8 +9,14 @@ from typing import Any
 import pytest
 
 from ultimat3.core import FrozenClock, XError, new_id, use_clock
-from ultimat3.jobs._model import COUNTER_TIERS, MAX_ENQUEUE_BATCH, ClaimedJob, EnqueueRequest
-from ultimat3.jobs._ports import TaskFireRecorder, WorkerRegistry
+from ultimat3.jobs._model import (
+    COUNTER_TIERS,
+    MAX_ENQUEUE_BATCH,
+    AckRequest,
+    ClaimedJob,
+    EnqueueRequest,
+)
+from ultimat3.jobs._ports import BatchSettler, TaskFireRecorder, WorkerRegistry
 from ultimat3.jobs.adapter import (
     BackfillLedger,
     JobDriver,
@@ -74,6 +80,7 @@ def test_the_memory_driver_has_every_port_member() -> None:
     assert isinstance(d.introspect, JobIntrospection)
     assert isinstance(d.backfills, BackfillLedger)
     assert isinstance(d, WorkerRegistry) and isinstance(d, TaskFireRecorder)
+    assert isinstance(d, BatchSettler)
     assert d.name == "memory" and memory_job_driver(name="other").name == "other"
     assert "jobs=0" in repr(d)
 
@@ -435,3 +442,32 @@ async def test_a_lease_lapses_exactly_at_its_expiry(
     clock.advance(1)
     [again] = await claim(driver)
     assert (again.id, again.attempt) == (job.id, 2)
+
+
+# --- batch settles -----------------------------------------------------------------------------
+
+
+async def test_ack_many_checks_every_result_before_any_lands(driver: MemoryJobDriver) -> None:
+    await driver.enqueue_many([req(), req()])
+    a, b = await claim(driver)
+    with pytest.raises(XError) as info:
+        await driver.ack_many(
+            [AckRequest(a.id, a.claim, result=1), AckRequest(b.id, b.claim, result=object())],
+            worker_id="w",
+        )
+    assert code_of(info) == "X_STEP_OUTPUT_UNSERIALIZABLE" and b.id in info.value.message
+    assert {s.queue: s.running for s in await driver.stats()} == {"q": 2}
+
+
+async def test_ack_many_lands_one_ack_per_job(driver: MemoryJobDriver) -> None:
+    await driver.enqueue(req())
+    job = await one(driver)
+    twice = [AckRequest(job.id, job.claim, result=1), AckRequest(job.id, job.claim, result=2)]
+    assert await driver.ack_many(twice, worker_id="w") == [True, False]
+    assert (await driver.introspect.show(job.id)).result == 1
+
+
+async def test_heartbeat_many_refuses_a_non_positive_timeout(driver: MemoryJobDriver) -> None:
+    with pytest.raises(XError) as info:
+        await driver.heartbeat_many([], worker_id="w", visibility_timeout_ms=0)
+    assert code_of(info) == "X_INVARIANT" and "visibility_timeout_ms 0" in info.value.message

@@ -26,14 +26,13 @@ from ultimat3.jobs._model import (
     DONE_RETENTION_MS,
     MAX_ENQUEUE_BATCH,
     TERMINAL_STATES,
+    AckRequest,
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
     JobState,
     NackOutcome,
     QueueStats,
-    StepRecord,
-    StepState,
     WorkerRow,
 )
 
@@ -41,10 +40,10 @@ from ._memory_backfills import MemoryBackfillLedger
 from ._memory_counters import CounterKind
 from ._memory_introspect import MemoryJobIntrospection
 from ._memory_leases import MemoryLeaseStore
-from ._memory_state import MemoryState, MemRow, MemStep, MemWorker, freeze
+from ._memory_state import MemoryState, MemRow, MemWorker, freeze
+from ._memory_steps import MemoryStepStore, held
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
-STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
 
 
 def _positive(value: object, what: str) -> int:
@@ -57,67 +56,8 @@ def _positive(value: object, what: str) -> int:
     return value
 
 
-def _held(state: MemoryState, job_id: str, worker_id: str, claim: str) -> MemRow | None:
-    """The row, when ``(worker_id, claim)`` still holds it; ``None`` is a fenced miss."""
-    row = state.rows.get(job_id)
-    if row is None or row.state != "running":
-        return None
-    if row.worker_id != worker_id or row.claim != claim:
-        return None
-    return row
-
-
-class MemoryStepStore:
-    """``StepStore`` over the driver's dicts: one record per ``(job_id, step name)``."""
-
-    def __init__(self, state: MemoryState) -> None:
-        self._s = state
-
-    async def load(self, job_id: str) -> dict[str, StepRecord]:
-        return {name: step.record() for name, step in self._s.steps.get(job_id, {}).items()}
-
-    async def record(
-        self,
-        job_id: str,
-        name: str,
-        *,
-        state: StepState,
-        worker_id: str,
-        claim: str,
-        output: Any = None,
-        error: Mapping[str, Any] | None = None,
-    ) -> bool:
-        if state not in STEP_STATES:
-            raise XError(
-                "X_INVARIANT",
-                f"job {job_id} step {name!r}: {state!r} is not a step state",
-                fix="record 'started', 'completed' or 'failed'",
-            )
-        if not name:
-            raise XError("X_INVARIANT", f"job {job_id}: a step name is empty", fix="name the step")
-        if _held(self._s, job_id, worker_id, claim) is None:
-            return False
-        steps = self._s.steps.setdefault(job_id, {})
-        rec = steps.get(name)
-        if rec is not None and rec.state == "completed":
-            return False
-        output_json = freeze(
-            output,
-            what=f"job {job_id} step {name!r} output",
-            code="X_STEP_OUTPUT_UNSERIALIZABLE",
-        )
-        error_json = None if error is None else freeze(error, what=f"job {job_id} step error")
-        now = self._s.now_ms()
-        counted = 1 if state in ("completed", "failed") else 0
-        if rec is None:
-            steps[name] = MemStep(name, state, counted, output_json, error_json, now)
-        else:
-            rec.state = state
-            rec.executions += counted
-            rec.output_json = output_json
-            rec.error_json = error_json
-            rec.updated_at_ms = now
-        return True
+def _result_json(job_id: str, result: Any) -> str:
+    return freeze(result, what=f"the result of job {job_id}", code="X_STEP_OUTPUT_UNSERIALIZABLE")
 
 
 class MemoryJobDriver:
@@ -320,19 +260,31 @@ class MemoryJobDriver:
         result: Any = None,
         duration_ms: int | None = None,
     ) -> bool:
-        row = _held(self._s, job_id, worker_id, claim)
+        row = held(self._s, job_id, worker_id, claim)
         if row is None:
             return False
-        result_json = freeze(
-            result, what=f"the result of job {job_id}", code="X_STEP_OUTPUT_UNSERIALIZABLE"
-        )
-        now = self._s.now_ms()
+        self._done(row, _result_json(job_id, result), duration_ms, self._s.now_ms())
+        return True
+
+    def _done(self, row: MemRow, result_json: str, duration_ms: int | None, now: int) -> None:
         row.result_json = result_json
         row.finished_at_ms = now
         row.clear_lease()
         self._s.move(row, "done", now)
         self._s.counters.add(row.name, "done", now, duration_ms)
-        return True
+
+    async def ack_many(self, acks: Sequence[AckRequest], *, worker_id: str) -> list[bool]:
+        """``BatchSettler``: many acks of one worker at once, each fenced like ``ack``; answers,
+        per input and in order, whether it landed. Every result is checked before any lands."""
+        results = [_result_json(a.job_id, a.result) for a in acks]
+        now = self._s.now_ms()
+        landed: list[bool] = []
+        for a, result_json in zip(acks, results, strict=True):
+            row = held(self._s, a.job_id, worker_id, a.claim)
+            if row is not None:
+                self._done(row, result_json, a.duration_ms, now)
+            landed.append(row is not None)
+        return landed
 
     async def nack(
         self,
@@ -352,7 +304,7 @@ class MemoryJobDriver:
                 f"nack of job {job_id}: {outcome!r} is not an outcome",
                 fix=f"use one of {', '.join(NACK_OUTCOMES)}",
             )
-        row = _held(self._s, job_id, worker_id, claim)
+        row = held(self._s, job_id, worker_id, claim)
         if row is None:
             return False
         error_json = None if error is None else freeze(error, what=f"job {job_id} error")
@@ -387,7 +339,7 @@ class MemoryJobDriver:
         self, job_id: str, *, worker_id: str, claim: str, visibility_timeout_ms: int
     ) -> bool:
         _positive(visibility_timeout_ms, "visibility_timeout_ms")
-        row = _held(self._s, job_id, worker_id, claim)
+        row = held(self._s, job_id, worker_id, claim)
         if row is None:
             return False
         now = self._s.now_ms()
@@ -395,10 +347,30 @@ class MemoryJobDriver:
         row.updated_at_ms = now
         return True
 
+    async def heartbeat_many(
+        self,
+        leases: Sequence[tuple[str, str]],
+        *,
+        worker_id: str,
+        visibility_timeout_ms: int,
+    ) -> list[bool]:
+        """``BatchSettler``: renew every ``(job_id, claim)`` lease of one worker, each fenced like
+        ``heartbeat``; answers, per input and in order, whether it landed."""
+        _positive(visibility_timeout_ms, "visibility_timeout_ms")
+        now = self._s.now_ms()
+        landed: list[bool] = []
+        for job_id, claim in leases:
+            row = held(self._s, job_id, worker_id, claim)
+            if row is not None:
+                row.lease_expires_at_ms = now + visibility_timeout_ms
+                row.updated_at_ms = now
+            landed.append(row is not None)
+        return landed
+
     async def progress(
         self, job_id: str, *, worker_id: str, claim: str, progress: Mapping[str, Any]
     ) -> bool:
-        row = _held(self._s, job_id, worker_id, claim)
+        row = held(self._s, job_id, worker_id, claim)
         if row is None:
             return False
         row.progress_json = freeze(dict(progress), what=f"job {job_id} progress")

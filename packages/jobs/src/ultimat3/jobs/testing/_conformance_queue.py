@@ -1,16 +1,13 @@
-"""Conformance: enqueue and dedupe, claim, fencing, and what each nack outcome does to a row."""
+"""Conformance: enqueue and dedupe, claim, fencing (batch settles too), and what each nack
+outcome does to a row."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ultimat3.core import new_id
-from ultimat3.jobs._model import (
-    NackOutcome,
-)
-from ultimat3.jobs._ports import (
-    JobDriver,
-)
+from ultimat3.jobs._model import AckRequest, NackOutcome
+from ultimat3.jobs._ports import BatchSettler, JobDriver
 
 from ._conformance_base import LONG_VT, ConformanceBase, uniq
 
@@ -402,3 +399,50 @@ class QueueConformance(ConformanceBase):
         await self.elapse(wait + self.settle_margin_ms)
         again = await self.claim_one(driver, q)
         assert (again.id, again.attempt) == (job.id, 1)
+
+    # --- batch settles (BatchSettler, optional: tested when the driver has it) ------------------
+
+    async def test_ack_many_lands_each_ack_its_fence_allows(self, driver: JobDriver) -> None:
+        if not isinstance(driver, BatchSettler):
+            return
+        q = uniq("q")
+        since = await driver.now_ms() - 60_000
+        await driver.enqueue_many([self.req(q, name="batched") for _ in range(3)])
+        a, b = await self.claim(driver, q, limit=2, worker="w1")
+        c = await self.claim_one(driver, q, worker="w2")
+        landed = await driver.ack_many(
+            [
+                AckRequest(a.id, a.claim, result={"a": 1}, duration_ms=5),
+                AckRequest(b.id, new_id(), result={"b": 1}),
+                AckRequest(c.id, c.claim, result={"c": 1}),
+            ],
+            worker_id="w1",
+        )
+        assert landed == [True, False, False]
+        assert await driver.ack_many([AckRequest(a.id, a.claim)], worker_id="w1") == [False]
+        assert await self.counts(driver, q) == {"done": 1, "running": 2}
+        assert await driver.ack_many([], worker_id="w1") == []
+        intro = self.introspect(driver)
+        if intro is not None:
+            assert (await intro.show(a.id)).result == {"a": 1}
+            rows = await intro.counters(job="batched", since_ms=since)
+            assert (sum(r.done for r in rows), sum(r.duration_ms for r in rows)) == (1, 5)
+
+    async def test_heartbeat_many_renews_each_lease_its_fence_allows(
+        self, driver: JobDriver
+    ) -> None:
+        if not isinstance(driver, BatchSettler):
+            return
+        q = uniq("q")
+        vt = self.soon_ms
+        await driver.enqueue_many([self.req(q), self.req(q)])
+        a, b = await self.claim(driver, q, limit=2, worker="w1", vt=vt)
+        await self.elapse(vt * 6 // 10)
+        landed = await driver.heartbeat_many(
+            [(a.id, a.claim), (b.id, new_id())], worker_id="w1", visibility_timeout_ms=4 * vt
+        )
+        assert landed == [True, False]
+        await self.elapse(vt * 6 // 10)
+        again = await self.claim(driver, q, worker="w2")
+        assert [j.id for j in again] == [b.id], "only the renewed lease held"
+        assert await driver.heartbeat_many([], worker_id="w1", visibility_timeout_ms=vt) == []
