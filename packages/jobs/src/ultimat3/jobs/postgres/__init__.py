@@ -19,22 +19,29 @@ docs/postgres.md.
 from ultimat3.jobs._model import AckRequest
 
 from ._driver import PostgresJobDriver, PostgresStepStore, postgres_job_driver
+from ._events import PostgresEventBus, postgres_event_bus
 from ._introspect import PostgresJobIntrospection
 from ._leases import PostgresLeaseStore
 from ._migrate import migrate
-from ._sql import wake_channel
+from ._outbox import PostgresOutboxStore, postgres_outbox_store
+from ._sql import outbox_channel, wake_channel
 from ._transaction import transaction
 from ._wake import QueueWake, start_queue_wake
 
 __all__ = [
     "AckRequest",
+    "PostgresEventBus",
     "PostgresJobDriver",
     "PostgresJobIntrospection",
     "PostgresLeaseStore",
+    "PostgresOutboxStore",
     "PostgresStepStore",
     "QueueWake",
     "migrate",
+    "outbox_channel",
+    "postgres_event_bus",
     "postgres_job_driver",
+    "postgres_outbox_store",
     "start_queue_wake",
     "transaction",
     "wake_channel",

@@ -504,4 +504,5 @@ async def purge(
     await db.rowcount("purge_workers", {}, what="purging expired workers")
     await db.rowcount("purge_leases", {}, what="purging expired lease slots")
     await db.rowcount("purge_counters", {}, what="purging old counter buckets")
+    await db.rowcount("purge_events", {"kept_ms": dead_ms}, what="purging old events")
     return deleted

@@ -102,6 +102,14 @@ def wake_channel(schema: str) -> str:
     return "x_jobs." + hashlib.sha256(schema.encode()).hexdigest()[:32]
 
 
+def outbox_channel(schema: str) -> str:
+    """The channel an outbox stage notifies at commit, so an idle relay passes at once."""
+    channel = f"x_outbox.{schema}"
+    if len(channel.encode()) <= MAX_IDENTIFIER_BYTES:
+        return channel
+    return "x_outbox." + hashlib.sha256(schema.encode()).hexdigest()[:32]
+
+
 def _lease_lost_error() -> str:
     base = XError("X_JOB_LEASE_LOST", "the lease lapsed on the final attempt").to_dict()
     return json.dumps(base, separators=(",", ":"))
@@ -123,6 +131,7 @@ def compile_queries(schema: str) -> MappingProxyType[str, str]:
     )
     fills["channel"] = sql.Literal(wake_channel(schema))
     fills["channel_ident"] = sql.Identifier(wake_channel(schema))
+    fills["outbox_channel"] = sql.Literal(outbox_channel(schema))
     fills["counter_bucket_ms"] = _int_array(tuple(b for b, _ in COUNTER_TIERS))
     fills["counter_kept_ms"] = _int_array(tuple(k for _, k in COUNTER_TIERS))
     fills["counter_tiers"] = sql.Literal(len(COUNTER_TIERS))

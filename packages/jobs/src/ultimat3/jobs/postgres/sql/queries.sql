@@ -967,3 +967,78 @@ LISTEN {channel_ident}
 -- The proof probe, sent through the driver's pool: it must come back on the LISTEN session
 -- (PgBouncer in transaction mode, for one, delivers no notification).
 SELECT pg_notify({channel}, %(token)s)
+
+-- name: outbox_stage
+-- On the caller's connection, inside its transaction: the requests as one jsonb array, staged in
+-- input order (identity ids in that order); the relay's channel is notified at commit.
+WITH staged AS (
+    INSERT INTO {x_outbox} (job_id, request)
+    SELECT (e.r ->> 'id')::uuid, e.r
+    FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e (r, ord)
+    ORDER BY e.ord
+    RETURNING id
+)
+SELECT count(*), (SELECT count(pg_notify({outbox_channel}, '')) FROM (SELECT 1) one)
+FROM staged
+
+-- name: outbox_claim
+-- Up to %(limit)s committed rows no relay holds, oldest first (x_outbox_pkey), leased for
+-- %(lease_ms)s; a relay that dies strands them that long, no longer.
+WITH picked AS MATERIALIZED (
+    SELECT o.id
+    FROM {x_outbox} o
+    WHERE o.leased_until IS NULL OR o.leased_until <= now()
+    ORDER BY o.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {x_outbox} AS o SET
+    leased_until = now() + %(lease_ms)s::bigint * interval '1 millisecond'
+WHERE o.id = ANY (ARRAY(SELECT id FROM picked))
+RETURNING o.id, o.request
+
+-- name: outbox_published
+DELETE FROM {x_outbox} AS o WHERE o.id = ANY (%(ids)s::bigint[])
+
+-- name: outbox_release
+UPDATE {x_outbox} AS o SET leased_until = NULL WHERE o.id = ANY (%(ids)s::bigint[])
+
+-- name: event_publish
+-- One statement: store the event and wake the runs suspended on it (x_jobs_wait_event_idx),
+-- announcing their queues. On the caller's connection it commits or rolls back with it.
+WITH published AS (
+    INSERT INTO {x_events} (event, payload) VALUES (%(event)s, %(payload)s::jsonb)
+    RETURNING id
+),
+woken AS (
+    UPDATE {x_jobs} AS j SET
+        run_at = least(j.run_at, now()),
+        updated_at = now()
+    WHERE j.state = 'suspended' AND j.wait_event = %(event)s
+    RETURNING j.queue
+),
+announced AS (
+    SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM woken) q
+)
+SELECT p.id::text, (SELECT count(*) FROM woken), (SELECT count(*) FROM announced)
+FROM published p
+
+-- name: event_marker
+-- A position on the bus: the current snapshot. An event is "after" it when its transaction is
+-- one this snapshot cannot see (committed later, or still in flight when the marker was taken).
+SELECT pg_current_snapshot()::text
+
+-- name: event_find_after
+-- x_events_event_tx_idx: the event's rows at or past the marker's xmin, minus those the marker
+-- could see; oldest first.
+SELECT e.payload
+FROM {x_events} e
+WHERE e.event = %(event)s
+  AND e.tx >= pg_snapshot_xmin(%(marker)s::pg_snapshot)
+  AND NOT pg_visible_in_snapshot(e.tx, %(marker)s::pg_snapshot)
+ORDER BY e.id
+LIMIT %(limit)s
+
+-- name: purge_events
+DELETE FROM {x_events} AS e
+WHERE e.created_at <= now() - %(kept_ms)s::bigint * interval '1 millisecond'

@@ -106,20 +106,16 @@ CREATE INDEX x_job_counters_bucket_idx
     ON x_job_counters (bucket_ms, bucket_start);
 
 -- The transactional outbox: enqueues staged in a transaction the driver could not join, moved
--- onto the queue by the relay (claim a batch in staging order, enqueue_many, mark published).
+-- onto the queue by the relay (claim a batch in staging order, enqueue_many, then delete the
+-- published rows). Every row keeps the job id it was staged with, so a batch republished after a
+-- crash adds no job. x_outbox_pkey serves the relay's claim (oldest id first).
 CREATE TABLE x_outbox (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id        uuid NOT NULL,
     request       jsonb NOT NULL,
     staged_at     timestamptz NOT NULL DEFAULT now(),
-    leased_until  timestamptz,
-    published_at  timestamptz
+    leased_until  timestamptz
 );
-
--- relay claim_batch: unpublished rows in staging order.
-CREATE INDEX x_outbox_unpublished_idx
-    ON x_outbox (id)
-    WHERE published_at IS NULL;
 
 -- The event bus behind step.wait_for_event. `tx` is the publishing transaction, so a wait that
 -- began under a snapshot also matches every event that snapshot could not see.
@@ -131,9 +127,10 @@ CREATE TABLE x_events (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- find_after: one event's rows, in publishing order.
-CREATE INDEX x_events_event_idx
-    ON x_events (event, id);
+-- find_after: one event's rows from transactions a marker's snapshot could not see (every such
+-- transaction id is at or above the snapshot's xmin).
+CREATE INDEX x_events_event_tx_idx
+    ON x_events (event, tx);
 
 -- The backfill() ledger: one row per pass.
 CREATE TABLE x_backfills (
