@@ -40,6 +40,7 @@ from ultimat3.core import (
 from ._context import JobContext, JobLog, ProgressWriter
 from ._heartbeat import Heartbeat
 from ._model import ClaimedJob, NackOutcome
+from ._settler import DirectSettler, Settler
 from ._steps import RunState, Step, StepSuspended, error_dict
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class ExecutionSettings:
     """The backoff jitter's randomness (seeded in tests)."""
     app: Any = None
     event_bus: EventBus | None = None
+    settler: Settler | None = None
+    """How acks and renewals reach the driver (the worker batches them over ``BatchSettler``);
+    default: one driver call each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,7 @@ class _Attempt:
         self.started = time.monotonic()
         self.state: RunState | None = None
         self.progress: ProgressWriter | None = None
+        self.settler = settings.settler or DirectSettler(driver)
 
     @property
     def final(self) -> bool:
@@ -153,8 +158,9 @@ class _Attempt:
         claimed = self.claimed
         if self.job is None:
             return await self._unknown_job()
+        vt = self.settings.visibility_timeout_ms
         heartbeat = Heartbeat(
-            driver=self.driver,
+            renew=lambda: self.settler.heartbeat(claimed, visibility_timeout_ms=vt),
             claimed=claimed,
             visibility_timeout_ms=self.settings.visibility_timeout_ms,
             interval_ms=self.settings.heartbeat_interval_ms,
@@ -329,12 +335,8 @@ class _Attempt:
         except XError as exc:
             return await self._fail(error_dict(exc), terminal=True)
         await self._flush_progress()
-        landed = await self.driver.ack(
-            claimed.id,
-            worker_id=claimed.worker_id,
-            claim=claimed.claim,
-            result=stored,
-            duration_ms=int((time.monotonic() - self.started) * 1000),
+        landed = await self.settler.ack(
+            claimed, result=stored, duration_ms=int((time.monotonic() - self.started) * 1000)
         )
         if landed:
             # a finished attempt is not a cancelled one: ctx.signal stays live, steps refuse

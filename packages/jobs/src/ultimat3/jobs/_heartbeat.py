@@ -14,17 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 from opentelemetry.metrics import Counter
 
 from ultimat3.core import XError, format_duration, log_event, meter
 
 from ._model import ClaimedJob
-
-if TYPE_CHECKING:
-    from ._ports import JobDriver
 
 _lost_counter: Counter | None = None
 
@@ -44,10 +40,10 @@ class Heartbeat:
 
     __slots__ = (
         "_claimed",
-        "_driver",
         "_interval_s",
         "_last_landed",
         "_on_lost",
+        "_renew",
         "_task",
         "_window_s",
         "lost",
@@ -56,13 +52,13 @@ class Heartbeat:
     def __init__(
         self,
         *,
-        driver: JobDriver,
+        renew: Callable[[], Awaitable[bool]],
         claimed: ClaimedJob,
         visibility_timeout_ms: int,
         interval_ms: int | None,
         on_lost: Callable[[XError], None],
     ) -> None:
-        self._driver = driver
+        self._renew = renew
         self._claimed = claimed
         self._window_s = visibility_timeout_ms / 1000
         self._interval_s = (interval_ms or max(1, visibility_timeout_ms // 3)) / 1000
@@ -85,19 +81,14 @@ class Heartbeat:
     async def _loop(self) -> None:
         claimed = self._claimed
         vt_ms = int(self._window_s * 1000)
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self._interval_s)
+            # tick on a grid every run of the process shares, so renewals coalesce into one
+            # driver call; a tick never comes later than one interval after the last
+            await asyncio.sleep(self._interval_s - loop.time() % self._interval_s)
             remaining = self._last_landed + self._window_s - time.monotonic()
             try:
-                landed = await asyncio.wait_for(
-                    self._driver.heartbeat(
-                        claimed.id,
-                        worker_id=claimed.worker_id,
-                        claim=claimed.claim,
-                        visibility_timeout_ms=vt_ms,
-                    ),
-                    timeout=max(remaining, 0.001),
-                )
+                landed = await asyncio.wait_for(self._renew(), timeout=max(remaining, 0.001))
             except Exception as exc:  # TimeoutError included: a hanging renewal
                 log_event(
                     "jobs.heartbeat.failed",

@@ -20,7 +20,7 @@ import random
 import signal as os_signal
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ultimat3.core import AbortController, XError, adapter, log_event
@@ -34,6 +34,7 @@ from ._execute import (
 )
 from ._model import ClaimedJob
 from ._ports import driver_leases, driver_members_missing
+from ._settler import settler_for
 
 if TYPE_CHECKING:
     from ._declare import Job
@@ -248,6 +249,7 @@ class JobWorker:
         if self._loop_task is not None:
             return
         self.check()
+        self._with_settler()
         self._stopping = False
         self._draining = False
         self._drain_task = None
@@ -303,6 +305,12 @@ class JobWorker:
         return list(self._runs)
 
     # --- one pass -----------------------------------------------------------------------------
+
+    def _with_settler(self) -> ExecutionSettings:
+        """The settings with this worker's settler (batched when the driver can)."""
+        if self._settings.settler is None:
+            self._settings = replace(self._settings, settler=settler_for(self.driver))
+        return self._settings
 
     def room(self) -> int | None:
         """Claims this worker may make now (``None``: no process cap)."""
@@ -371,7 +379,7 @@ class JobWorker:
                 claimed,
                 self.jobs.get(claimed.name),
                 driver=self.driver,
-                settings=self._settings,
+                settings=self._with_settler(),
                 controller=controller,
             )
             self._bump(outcome.outcome)
