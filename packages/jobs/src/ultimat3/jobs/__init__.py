@@ -18,7 +18,7 @@ from ._context import JobContext, JobLog
 from ._cursor import job_cursor
 from ._declare import Job, job
 from ._events import MemoryEventBus, memory_event_bus, publish_event
-from ._execute import ExecutionSettings, RunOutcome, execute_job
+from ._execute import execute_job
 from ._lock import LockGrant, hold_lock, with_lock
 from ._model import (
     ENQUEUE_CHUNK,
@@ -28,6 +28,7 @@ from ._model import (
     MAX_TASK_FIRES,
     EnqueueResult,
 )
+from ._outcome import ExecutionSettings, RunOutcome
 from ._policy import Concurrency, Retry
 from ._relay import outbox_relay
 from ._steps import Step

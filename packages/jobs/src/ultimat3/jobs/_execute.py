@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import Counter
 
@@ -40,55 +38,13 @@ from ultimat3.core import (
 from ._context import JobContext, JobLog, ProgressWriter
 from ._heartbeat import Heartbeat
 from ._model import ClaimedJob, NackOutcome
-from ._settler import DirectSettler, Settler
+from ._outcome import ExecutionSettings, Outcome, RunOutcome
+from ._settler import DirectSettler
 from ._steps import RunState, Step, StepSuspended, error_dict
 
 if TYPE_CHECKING:
     from ._declare import Job
     from ._ports import EventBus, JobDriver
-
-Outcome = Literal["done", "retry", "dead", "failed", "suspend", "release", "lost", "abandoned"]
-
-DEFAULT_DRAIN_TIMEOUT_MS = 25_000
-DEFAULT_ABANDON_GRACE_MS = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutionSettings:
-    """How ``execute_job`` runs one claim (the worker passes its own)."""
-
-    visibility_timeout_ms: int = 30_000
-    heartbeat_interval_ms: int | None = None
-    """Default: a third of the visibility window."""
-    drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS
-    """How long a draining body gets to stop before it is cancelled."""
-    abandon_grace_ms: int = DEFAULT_ABANDON_GRACE_MS
-    """How long a cancelled body gets to stop before it is named abandoned."""
-    monotonic: Callable[[], float] | None = None
-    """The worker's monotonic clock in seconds (``time.monotonic``); a test harness passes the
-    frozen clock's, so ``step.sleep`` wake times are exact."""
-    rng: random.Random | None = None
-    """The backoff jitter's randomness (seeded in tests)."""
-    app: Any = None
-    event_bus: EventBus | None = None
-    settler: Settler | None = None
-    """How acks and renewals reach the driver (the worker batches them over ``BatchSettler``);
-    default: one driver call each."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunOutcome:
-    """How one claimed attempt ended, and whether its settle landed."""
-
-    job_id: str
-    name: str
-    queue: str
-    attempt: int
-    outcome: Outcome
-    landed: bool
-    error: Mapping[str, Any] | None = None
-    delay_ms: int | None = None
-
 
 _jobs_counter: Counter | None = None
 

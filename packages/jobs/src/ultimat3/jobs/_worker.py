@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from ultimat3.core import AbortController, XError, adapter, log_event
 
-from ._execute import (
+from ._execute import execute_job
+from ._model import ClaimedJob
+from ._outcome import (
     DEFAULT_ABANDON_GRACE_MS,
     DEFAULT_DRAIN_TIMEOUT_MS,
     ExecutionSettings,
     RunOutcome,
-    execute_job,
 )
-from ._model import ClaimedJob
 from ._ports import driver_leases, driver_members_missing
 from ._settler import settler_for
 

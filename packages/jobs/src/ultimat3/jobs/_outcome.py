@@ -1,0 +1,54 @@
+"""What ``execute_job`` is given (``ExecutionSettings``) and what it answers (``RunOutcome``)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ._ports import EventBus
+    from ._settler import Settler
+
+Outcome = Literal["done", "retry", "dead", "failed", "suspend", "release", "lost", "abandoned"]
+
+DEFAULT_DRAIN_TIMEOUT_MS = 25_000
+DEFAULT_ABANDON_GRACE_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionSettings:
+    """How ``execute_job`` runs one claim (the worker passes its own)."""
+
+    visibility_timeout_ms: int = 30_000
+    heartbeat_interval_ms: int | None = None
+    """Default: a third of the visibility window."""
+    drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS
+    """How long a draining body gets to stop before it is cancelled."""
+    abandon_grace_ms: int = DEFAULT_ABANDON_GRACE_MS
+    """How long a cancelled body gets to stop before it is named abandoned."""
+    monotonic: Callable[[], float] | None = None
+    """The worker's monotonic clock in seconds (``time.monotonic``); a test harness passes the
+    frozen clock's, so ``step.sleep`` wake times are exact."""
+    rng: random.Random | None = None
+    """The backoff jitter's randomness (seeded in tests)."""
+    app: Any = None
+    event_bus: EventBus | None = None
+    settler: Settler | None = None
+    """How acks and renewals reach the driver (the worker batches them over ``BatchSettler``);
+    default: one driver call each."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """How one claimed attempt ended, and whether its settle landed."""
+
+    job_id: str
+    name: str
+    queue: str
+    attempt: int
+    outcome: Outcome
+    landed: bool
+    error: Mapping[str, Any] | None = None
+    delay_ms: int | None = None
