@@ -253,6 +253,7 @@ class JobWorker:
         self._stopping = False
         self._draining = False
         self._drain_task = None
+        self._wake = asyncio.Event()  # bound to this start's event loop
         await self._register()
         self._loop_task = asyncio.ensure_future(self._loop())
         if self._handle_signals:
