@@ -58,13 +58,26 @@ async def test_enqueue_many_sends_one_statement_per_1000_distinct_inputs(
 ) -> None:
     assert ENQUEUE_CHUNK == 1000
     res = await pg_driver.enqueue_many([req(i) for i in range(2500)])
-    assert statements["enqueue_many"] == 3 and len(res) == 2500
+    assert statements == Counter({"enqueue_many_fresh": 3}) and len(res) == 2500
     statements.clear()
     dupes = [req(i, key=f"d{i % 900}") for i in range(2000)]
     res = await pg_driver.enqueue_many(dupes)
-    assert statements["enqueue_many"] == 1, "in-batch duplicates cost no statement"
+    assert statements == Counter({"enqueue_many_fresh": 1}), "in-batch duplicates cost nothing"
     assert [r.id for r in res[900:]] == [r.id for r in res[:900]] + [r.id for r in res[:200]]
     assert all(r.deduped for r in res[900:]) and not any(r.deduped for r in res[:900])
+
+
+async def test_a_batch_meeting_a_taken_id_falls_back_to_the_conflict_tolerant_insert(
+    pg_driver: PostgresJobDriver, statements: Counter[str]
+) -> None:
+    first = await pg_driver.enqueue_many([req(1), req(2)])
+    statements.clear()
+    again = [replace(req(3), id=first[0].id), req(4)]
+    res = await pg_driver.enqueue_many(again)
+    assert [(r.id, r.deduped) for r in res] == [(first[0].id, True), (again[1].id, False)]
+    assert statements == Counter({"enqueue_many_fresh": 1, "enqueue_many": 1})
+    [stats] = await pg_driver.stats()
+    assert stats.ready == 3
 
 
 async def test_enqueue_many_dedupes_an_id_repeated_in_the_batch(

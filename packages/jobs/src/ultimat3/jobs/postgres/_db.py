@@ -281,6 +281,7 @@ REPEATABLE: Final = frozenset(
         # writes whose repeat changes nothing more (an enqueue dedupes on its own id)
         "enqueue",
         "enqueue_many",
+        "enqueue_many_fresh",
         "heartbeat",
         "heartbeat_many",
         "progress",

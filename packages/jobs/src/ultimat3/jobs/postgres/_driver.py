@@ -14,6 +14,8 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+from psycopg import errors as pg_errors
+
 from ultimat3.core import XError, is_lowercase_uuid, log_event
 from ultimat3.jobs._model import (
     ENQUEUE_CHUNK,
@@ -312,12 +314,17 @@ class PostgresJobDriver:
             missing: list[int] = []
             for chunk, doc in zip(chunks, docs, strict=True):  # every doc built: nothing refused
                 queues = {requests[i].queue for i in chunk}
-                rows = await self._enqueue_chunk(doc, len(chunk), queues, conn)
-                for i, row in zip(chunk, rows, strict=True):
-                    if row[0] is None:
+                lost = await self._enqueue_chunk(doc, len(chunk), queues, conn)
+                for position, i in enumerate(chunk, start=1):
+                    if position not in lost:
+                        req = requests[i]
+                        results[i] = EnqueueResult(id=req.id, run_id=req.run_id, deduped=False)
+                        continue
+                    winner = lost[position]
+                    if winner is None:
                         missing.append(i)
                     else:
-                        results[i] = EnqueueResult(id=row[0], run_id=row[1], deduped=row[2])
+                        results[i] = EnqueueResult(id=winner[0], run_id=winner[1], deduped=True)
             if not missing:
                 break
             pending = missing  # their key's winner committed after the statement's snapshot
@@ -329,11 +336,11 @@ class PostgresJobDriver:
             )
         out: list[EnqueueResult] = []
         for i in range(len(requests)):
-            won = results.get(i)
-            if won is None:
+            answer = results.get(i)
+            if answer is None:
                 earlier = results[refer[i]]
-                won = EnqueueResult(id=earlier.id, run_id=earlier.run_id, deduped=True)
-            out.append(won)
+                answer = EnqueueResult(id=earlier.id, run_id=earlier.run_id, deduped=True)
+            out.append(answer)
         return out
 
     @staticmethod
@@ -363,14 +370,22 @@ class PostgresJobDriver:
 
     async def _enqueue_chunk(
         self, doc: str, size: int, queues: set[str], conn: Conn | None
-    ) -> list[Any]:
+    ) -> dict[int, tuple[str, str] | None]:
+        """One statement for one chunk. Answers, by 1-based position, the inputs NOT inserted:
+        ``(id, run_id)`` of the row that won, or ``None`` when it is not visible yet."""
         woken = [self._wake_due(q) for q in queues]  # every queue's slot, not the first only
-        return await self._db.fetchall(
-            "enqueue_many",
-            {"rows": doc, "notify": conn is not None or any(woken)},
-            conn=conn,
-            what=f"enqueue_many of {size} jobs",
-        )
+        params = {"rows": doc, "notify": conn is not None or any(woken)}
+        what = f"enqueue_many of {size} jobs"
+        if conn is None:
+            try:
+                rows = await self._db.fetchall("enqueue_many_fresh", params, what=what)
+            except pg_errors.UniqueViolation:
+                # a key or id was taken meanwhile (or republished): the statement changed
+                # nothing; the conflict-tolerant form settles it
+                rows = await self._db.fetchall("enqueue_many", params, what=what)
+        else:
+            rows = await self._db.fetchall("enqueue_many", params, conn=conn, what=what)
+        return {int(r[0]): (None if r[1] is None else (r[1], r[2])) for r in rows if r[0]}
 
     # --- claim ----------------------------------------------------------------------------
 
