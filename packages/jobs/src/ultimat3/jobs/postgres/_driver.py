@@ -38,6 +38,7 @@ from ._leases import PostgresLeaseStore
 from ._rows import (
     check_text,
     check_uuid,
+    is_plain_json,
     json_form,
     json_or_none,
     json_text,
@@ -62,6 +63,30 @@ def _positive_ms(value: object, what: str) -> int:
             fix=f"pass {what}=30000 or another positive int",
         )
     return value
+
+
+def _storable(value: object) -> bool:
+    return type(value) is str and value != "" and "\x00" not in value
+
+
+def _plainly_valid(req: EnqueueRequest) -> bool:
+    """The fast path of a request's checks: type tests only, no message built. ``False`` sends
+    the request through the checks that name what is wrong."""
+    tenant, concurrency_key = req.tenant_id, req.concurrency_key
+    run_at_ms, delay_ms, attempts = req.run_at_ms, req.delay_ms, req.max_attempts
+    return (
+        _storable(req.name)
+        and _storable(req.queue)
+        and _storable(req.idempotency_key)
+        and (tenant is None or _storable(tenant))
+        and (concurrency_key is None or _storable(concurrency_key))
+        and is_lowercase_uuid(req.id)
+        and is_lowercase_uuid(req.run_id)
+        and type(attempts) is int
+        and attempts >= 1
+        and (run_at_ms is None or type(run_at_ms) is int)
+        and (delay_ms is None or type(delay_ms) is int)
+    )
 
 
 def _fenced_ids(job_id: object, claim: object) -> bool:
@@ -216,6 +241,15 @@ class PostgresJobDriver:
     @staticmethod
     def _checked(req: EnqueueRequest) -> Any:
         """Check one request (nothing is written); answers its payload in core's JSON form."""
+        if not _plainly_valid(req):
+            PostgresJobDriver._refuse(req)
+        if is_plain_json(req.payload):
+            return req.payload
+        return json_form(req.payload, what=f"the payload of job {req.id} ({req.name})")
+
+    @staticmethod
+    def _refuse(req: EnqueueRequest) -> None:
+        """The slow path of ``_checked``: raise the refusal naming what is wrong."""
         who = f"enqueue of job {req.id!r} ({req.name!r})"
         for field_name in ("id", "run_id", "name", "queue", "idempotency_key"):
             check_text(getattr(req, field_name), what=f"{who}: {field_name}")
@@ -232,7 +266,6 @@ class PostgresJobDriver:
             )
         ms_param(req.run_at_ms, what=f"{who}: run_at_ms")
         ms_param(req.delay_ms, what=f"{who}: delay_ms")
-        return json_form(req.payload, what=f"the payload of job {req.id} ({req.name})")
 
     def _params(self, req: EnqueueRequest) -> dict[str, Any]:
         form = self._checked(req)

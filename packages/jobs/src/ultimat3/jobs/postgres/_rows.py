@@ -95,7 +95,7 @@ def backfill_row(r: Sequence[Any]) -> BackfillRow:
     )
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
+def is_plain_json(value: Any, depth: int = 0) -> bool:
     """Whether ``value`` is already its own JSON form: exact dict (str keys) / list / str / int /
     finite float / bool / None. Type identity checks only, so the common payload skips core's
     general (and slower) walk; anything else takes that walk."""
@@ -107,16 +107,16 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if depth > 64:
         return False
     if kind is dict:
-        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+        return all(type(k) is str and is_plain_json(v, depth + 1) for k, v in value.items())
     if kind is list:
-        return all(_plain(v, depth + 1) for v in value)
+        return all(is_plain_json(v, depth + 1) for v in value)
     return False
 
 
 def json_form(value: Any, *, what: str, code: str = "X_INVARIANT") -> Any:
     """``value`` in core's JSON form (a datetime becomes its ISO string ...); refuses what has
     none with ``code`` naming ``what``."""
-    if _plain(value):
+    if is_plain_json(value):
         return value
     try:
         return to_json_form(value)
