@@ -423,6 +423,7 @@ class _Run:
                 "claimed": stats.claimed,
                 "completed": stats.completed,
                 "suspended": stats.suspended,
+                "leases_lost": stats.leases_lost,
             },
             "retries": stats.retried,
             "multi_step": {
