@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.asyncio import Redis
 
 from ultimat3.jobs.adapter import JobDriver
 from ultimat3.jobs.testing import JobDriverConformance
@@ -32,3 +33,26 @@ class TestRedisDriver(JobDriverConformance):
                     await made.client.delete(key)
             finally:
                 await made.close()
+
+
+class TestRedisDriverOnAClientYouMade(JobDriverConformance):
+    """The same contract through a ``redis.asyncio.Redis`` the app made and owns, one that
+    decodes responses to ``str`` (the driver reads bytes and str alike)."""
+
+    async def make_driver(self) -> JobDriver:
+        client = Redis.from_url(REDIS_URL, decode_responses=True, socket_connect_timeout=0.5)
+        return redis_job_driver(client, prefix=f"t-{uuid.uuid4().hex[:16]}")
+
+    @pytest.fixture
+    async def driver(self) -> AsyncIterator[JobDriver]:
+        made = await self.make_driver()
+        assert isinstance(made, RedisJobDriver)
+        try:
+            yield made
+        finally:
+            try:
+                async for key in made.client.scan_iter(match="{" + made.prefix + "}:*"):
+                    await made.client.delete(key)
+            finally:
+                await made.close()  # not the client: it is the app's
+                await made.client.aclose()

@@ -9,8 +9,10 @@ so each driver operation is one indivisible step on the server, timed by the ser
 
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
@@ -21,6 +23,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import (
     InvalidResponse,
+    NoScriptError,
     RedisError,
     ResponseError,
 )
@@ -70,6 +73,18 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
 
 Arg = str | int | float | bytes
 
+_inflight: set[asyncio.Task[None]] = set()
+"""Pipelines being sent: held here so none is collected before it answers its callers."""
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    args: tuple[Arg, ...]
+    op: str
+    answer: asyncio.Future[Any]
+
+
 # A server that answers but cannot take the write right now: the backend is unavailable. (So is
 # one that does not speak Redis at all: InvalidResponse, a protocol error.)
 _UNAVAILABLE_REPLIES: Final = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS")
@@ -100,14 +115,21 @@ def unavailable(exc: BaseException, *, where: str, op: str) -> XError:
 
 class ScriptRunner:
     """The client, the key prefix and the registered scripts; every call is one ``EVALSHA``
-    (one script run) and every Redis failure leaves as an ``XError``."""
+    (one script run) and every Redis failure leaves as an ``XError``.
+
+    Calls made in the same turn of the event loop (the acks and step reads of a worker's runs
+    ending together, say) are sent in one pipeline: one round trip for all of them, each still
+    its own atomic script, each answered (or refused) on its own. A lone call is sent alone.
+    """
 
     def __init__(self, client: Redis, prefix: str) -> None:
         self.client = client
         self.base = "{" + prefix + "}:"
+        self._texts = script_sources()
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(text) for name, text in script_sources().items()
+            name: client.register_script(text) for name, text in self._texts.items()
         }
+        self._pending: list[_Call] = []
         kwargs = client.connection_pool.connection_kwargs
         self.where = (
             str(kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}")
@@ -115,15 +137,78 @@ class ScriptRunner:
         )
 
     async def run(self, name: str, *args: Arg, op: str | None = None) -> Any:
-        script = self._scripts[name]
+        loop = asyncio.get_running_loop()
+        call = _Call(name, args, op or name, loop.create_future())
+        self._pending.append(call)
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)
+        return await call.answer
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if batch:
+            task = asyncio.ensure_future(self._send(batch))
+            _inflight.add(task)
+            task.add_done_callback(_inflight.discard)
+
+    async def _send(self, batch: list[_Call]) -> None:
         try:
-            return await script(keys=[self.base], args=args, client=self.client)
-        except RedisError as exc:
-            raise self._wrap(exc, op or name) from exc
+            replies = await self._evalsha(batch)
+        except BaseException as exc:
+            for call in batch:
+                if not call.answer.done():
+                    failure: BaseException = exc
+                    if isinstance(exc, RedisError):
+                        failure = self._wrap(exc, call.op)
+                        failure.__cause__ = exc
+                    call.answer.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for call, reply in zip(batch, replies, strict=True):
+            if call.answer.done():
+                continue
+            if isinstance(reply, RedisError):
+                refused = self._wrap(reply, call.op)
+                refused.__cause__ = reply
+                call.answer.set_exception(refused)
+            else:
+                call.answer.set_result(reply)
+
+    async def _evalsha(self, batch: list[_Call]) -> list[Any]:
+        """Every call's reply (or its ``RedisError``), in order; a script the server forgot (it
+        restarted) is loaded and the calls it refused are run again."""
+        replies = await self._pipeline(batch)
+        missed = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if missed:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for name in sorted({batch[i].name for i in missed}):
+                    pipe.script_load(self._texts[name])
+                await pipe.execute()
+            again = await self._pipeline([batch[i] for i in missed])
+            for i, reply in zip(missed, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipeline(self, batch: list[_Call]) -> list[Any]:
+        if len(batch) == 1:
+            call = batch[0]
+            try:
+                return [
+                    await self.client.evalsha(
+                        self._scripts[call.name].sha, 1, self.base, *call.args
+                    )
+                ]
+            except ResponseError as exc:
+                return [exc]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for call in batch:
+                pipe.evalsha(self._scripts[call.name].sha, 1, self.base, *call.args)
+            return list(await pipe.execute(raise_on_error=False))
 
     async def run_many(self, name: str, batches: Sequence[Sequence[Arg]], *, op: str) -> list[Any]:
         """One script run per batch, all in one ``MULTI``/``EXEC`` (one round trip, all or
-        nothing)."""
+        nothing: the script is known to the server before the ``MULTI``)."""
         script = self._scripts[name]
         try:
             async with self.client.pipeline(transaction=True) as pipe:

@@ -1,0 +1,70 @@
+"""The script runner: calls made together share one round trip yet each stays its own atomic
+script with its own answer or refusal; a server that forgot the scripts gets them again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ultimat3.core import XError
+from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs_redis import RedisJobDriver
+
+Req = Callable[..., EnqueueRequest]
+
+
+async def test_calls_made_together_go_in_one_round_trip_each_answered_on_its_own(
+    driver: RedisJobDriver, req: Req, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await driver.enqueue_many([req() for _ in range(30)])
+    jobs = await driver.claim(
+        queues=["default"], limit=30, worker_id="w", visibility_timeout_ms=60_000
+    )
+    sent: list[int] = []
+    runner = driver._r
+    original = runner._pipeline
+
+    async def counting(batch: list[Any]) -> list[Any]:
+        sent.append(len(batch))
+        return await original(batch)
+
+    monkeypatch.setattr(runner, "_pipeline", counting)
+    answers = await asyncio.gather(
+        *(driver.ack(j.id, worker_id="w", claim=j.claim) for j in jobs[:20]),
+        *(driver.ack(j.id, worker_id="w", claim="stale") for j in jobs[20:]),
+        driver.steps.load(jobs[0].id),
+    )
+    assert answers[:20] == [True] * 20
+    assert answers[20:30] == [False] * 10
+    assert answers[30] == {}
+    assert sent == [31]
+    assert (await driver.stats())[0].done == 20
+
+
+async def test_one_refused_call_in_a_batch_leaves_the_others_answered(
+    driver: RedisJobDriver, req: Req
+) -> None:
+    queued = await driver.enqueue(req())
+    good, bad = await asyncio.gather(
+        driver.introspect.show(queued.id),
+        driver._r.run("enqueue", "not-a-count", op="a broken call"),
+        return_exceptions=True,
+    )
+    assert not isinstance(good, BaseException) and good.id == queued.id
+    assert isinstance(bad, XError) and bad.code == "X_INVARIANT"
+    assert "a broken call" in bad.message and bad.__cause__ is not None
+
+
+async def test_a_server_that_forgot_the_scripts_gets_them_again(
+    driver: RedisJobDriver, req: Req
+) -> None:
+    await driver.enqueue(req())
+    await driver.client.script_flush()
+    alone = await driver.enqueue(req())
+    await driver.client.script_flush()
+    together = await asyncio.gather(*(driver.enqueue(req()) for _ in range(5)), driver.stats())
+    assert not alone.deduped
+    assert together[-1][0].ready == 7

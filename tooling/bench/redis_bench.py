@@ -1,0 +1,428 @@
+"""The Redis job queues side by side, in one run, on one redis-server of the bench's own.
+
+    bash tooling/bench/redis_setup_peers.sh          # the peers live in .x/redis-bench-venv only
+    .x/redis-bench-venv/bin/python tooling/bench/redis_bench.py [--systems ultimat3,arq,...]
+
+For each system, on a flushed server (no persistence, so no system pays for fsync):
+
+- **enqueue loop**: 2,000 single enqueues, one after another, through the system's public API
+  (ours: ``job.enqueue``, so the facade's validation is in the measurement);
+- **bulk enqueue**: 10,000 jobs in calls of 1,000 through the system's bulk API, where it has one;
+- **drain**: 10,000 queued no-op jobs, ONE worker process with the system's default settings;
+  the rate is N over the time from the first body's start to the N-th body's end;
+- **pickup**: an idle worker; 200 jobs enqueued 10 ms apart, each carrying its enqueue time; the
+  body notes ``now - then`` (p50, p99).
+
+Bodies only call ``redis_bench_tasks.seen``; see that module for how they record. Worker settings
+are each peer's defaults (``SETTINGS`` says which); ``ultimat3 (poll 1 ms)`` is ours with the
+worker's polling tightened, since our worker polls (``poll_interval_ms=250`` doubling to
+``idle_poll_max_ms=2000`` by default) where SAQ and RQ block on a list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+N_LOOP = 2_000
+N_BULK = 10_000
+N_DRAIN = 10_000
+N_PICKUP = 200
+
+SETTINGS: dict[str, str] = {
+    "ultimat3": "job_worker defaults: poll 250 ms doubling to 2 s idle, claim batch 10, "
+    "no in-flight cap, visibility 30 s",
+    "ultimat3 (poll 1 ms)": "job_worker(poll_interval_ms=1, idle_poll_max_ms=2), else defaults",
+    "arq": "Worker defaults: max_jobs 10, poll_delay 0.5 s",
+    "saq": "Worker defaults: concurrency 10 (blocking dequeue)",
+    "rq": "Worker defaults: one forked work horse per job (blocking dequeue)",
+    "dramatiq": "Worker defaults: 8 worker threads, RedisBroker defaults",
+}
+
+
+# --- the enqueueing side of each system ----------------------------------------------------------
+
+
+class Client:
+    """One system's enqueuer in the bench process."""
+
+    bulk: bool = False
+
+    async def open(self, url: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def one(self, x: float) -> None:
+        raise NotImplementedError
+
+    async def many(self, xs: list[float]) -> None:
+        raise NotImplementedError
+
+
+class Ultimat3Client(Client):
+    bulk = True
+
+    async def open(self, url: str) -> None:
+        import redis_bench_tasks as tasks
+
+        from ultimat3.jobs.adapter import install_job_driver
+        from ultimat3.jobs_redis import redis_job_driver
+
+        self.driver = redis_job_driver(url)
+        install_job_driver(self.driver)
+        self.job = tasks.ultimat3_job()
+
+    async def close(self) -> None:
+        await self.driver.close()
+
+    async def one(self, x: float) -> None:
+        await self.job.enqueue({"x": x})
+
+    async def many(self, xs: list[float]) -> None:
+        await self.job.enqueue_many([{"x": x} for x in xs])
+
+
+class ArqClient(Client):
+    async def open(self, url: str) -> None:
+        from arq import create_pool
+        from arq.connections import RedisSettings
+
+        self.pool = await create_pool(RedisSettings.from_dsn(url))
+
+    async def close(self) -> None:
+        await self.pool.aclose()
+
+    async def one(self, x: float) -> None:
+        await self.pool.enqueue_job("noop", x)
+
+
+class SaqClient(Client):
+    async def open(self, url: str) -> None:
+        from saq import Queue
+
+        self.queue = Queue.from_url(url)
+        await self.queue.connect()
+
+    async def close(self) -> None:
+        await self.queue.disconnect()
+
+    async def one(self, x: float) -> None:
+        await self.queue.enqueue("saq_noop", x=x)
+
+
+class RqClient(Client):
+    bulk = True
+
+    async def open(self, url: str) -> None:
+        import redis
+        from rq import Queue
+
+        self.conn = redis.Redis.from_url(url)
+        self.queue = Queue(connection=self.conn)
+
+    async def close(self) -> None:
+        self.conn.close()
+
+    async def one(self, x: float) -> None:
+        import redis_bench_tasks as tasks
+
+        self.queue.enqueue(tasks.rq_noop, x)
+
+    async def many(self, xs: list[float]) -> None:
+        import redis_bench_tasks as tasks
+        from rq import Queue
+
+        self.queue.enqueue_many([Queue.prepare_data(tasks.rq_noop, (x,)) for x in xs])
+
+
+class DramatiqClient(Client):
+    async def open(self, url: str) -> None:
+        import redis_bench_tasks as tasks
+
+        self.actor = tasks.dramatiq_actor()
+
+    async def one(self, x: float) -> None:
+        self.actor.send(x)
+
+
+CLIENTS: dict[str, Callable[[], Client]] = {
+    "ultimat3": Ultimat3Client,
+    "ultimat3 (poll 1 ms)": Ultimat3Client,
+    "arq": ArqClient,
+    "saq": SaqClient,
+    "rq": RqClient,
+    "dramatiq": DramatiqClient,
+}
+
+
+# --- the worker process of each system -----------------------------------------------------------
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+def run_worker(system: str, url: str) -> None:
+    """Runs in the worker process until it is terminated."""
+    import redis_bench_tasks as tasks
+
+    if system.startswith("ultimat3"):
+
+        async def main() -> None:
+            from ultimat3.jobs import job_worker
+            from ultimat3.jobs.adapter import install_job_driver
+            from ultimat3.jobs_redis import redis_job_driver
+
+            install_job_driver(redis_job_driver(url))
+            tight = {"poll_interval_ms": 1, "idle_poll_max_ms": 2} if "poll" in system else {}
+            worker = job_worker(jobs=[tasks.ultimat3_job()], handle_signals=False, **tight)
+            await worker.start()
+            await _forever()
+
+        asyncio.run(main())
+    elif system == "arq":
+        from arq.connections import RedisSettings
+        from arq.worker import Worker, func
+
+        async def arq_main() -> None:
+            worker = Worker(  # made inside the loop: arq binds its loop at construction
+                functions=[func(tasks.arq_noop, name="noop")],
+                redis_settings=RedisSettings.from_dsn(url),
+                handle_signals=False,
+            )
+            await worker.async_run()
+
+        asyncio.run(arq_main())
+    elif system == "saq":
+        from saq import Queue
+        from saq import Worker as SaqWorker
+
+        async def main() -> None:
+            queue = Queue.from_url(url)
+            await SaqWorker(queue, functions=[tasks.saq_noop]).start()
+
+        asyncio.run(main())
+    elif system == "rq":
+        import redis
+        from rq import Queue as RqQueue
+        from rq import Worker as RqWorker
+
+        conn = redis.Redis.from_url(url)
+        RqWorker([RqQueue(connection=conn)], connection=conn).work(logging_level="WARNING")
+    elif system == "dramatiq":
+        import dramatiq
+
+        actor = tasks.dramatiq_actor()
+        worker = dramatiq.Worker(actor.broker)
+        worker.start()
+        while True:
+            time.sleep(1)
+    else:
+        raise SystemExit(f"unknown system {system!r}")
+
+
+# --- the measuring side --------------------------------------------------------------------------
+
+
+def spare_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+class Server:
+    def __init__(self) -> None:
+        self.port = spare_port()
+        self.folder = tempfile.mkdtemp(prefix="redis-bench-")
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.folder],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+async def flush(url: str) -> None:
+    import redis.asyncio as aredis
+
+    client = aredis.Redis.from_url(url)
+    try:
+        for _ in range(100):
+            try:
+                await client.flushall()
+                return
+            except Exception:
+                await asyncio.sleep(0.05)
+        raise RuntimeError(f"redis at {url} did not answer")
+    finally:
+        await client.aclose()
+
+
+async def wait_result(url: str, seconds: float) -> dict[str, Any]:
+    import redis.asyncio as aredis
+
+    client = aredis.Redis.from_url(url)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            raw = await client.get("bench:result")
+            if raw:
+                result: dict[str, Any] = json.loads(raw)
+                return result
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"no result within {seconds}s")
+    finally:
+        await client.aclose()
+
+
+def start_worker(system: str, url: str, mode: str, n: int) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, BENCH_URL=url, BENCH_MODE=mode, BENCH_N=str(n))
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", system], env=env, cwd=HERE
+    )
+
+
+def stop_worker(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+async def timed(n: int, fn: Callable[[], Awaitable[None]]) -> float:
+    started = time.perf_counter()
+    await fn()
+    return n / (time.perf_counter() - started)
+
+
+async def measure(system: str, url: str) -> dict[str, Any]:
+    os.environ["BENCH_URL"] = url
+    client = CLIENTS[system]()
+    out: dict[str, Any] = {"system": system, "settings": SETTINGS[system]}
+    await flush(url)
+    await client.open(url)
+    try:
+
+        async def loop() -> None:
+            for i in range(N_LOOP):
+                await client.one(float(i))
+
+        out["enqueue_per_s"] = await timed(N_LOOP, loop)
+        await flush(url)
+        if client.bulk:
+
+            async def bulk() -> None:
+                for start in range(0, N_BULK, 1000):
+                    await client.many([float(x) for x in range(start, start + 1000)])
+
+            out["bulk_enqueue_per_s"] = await timed(N_BULK, bulk)
+        else:
+            out["bulk_enqueue_per_s"] = None
+        await flush(url)
+        if client.bulk:
+            for start in range(0, N_DRAIN, 1000):
+                await client.many([float(x) for x in range(start, start + 1000)])
+        else:
+            for x in range(N_DRAIN):
+                await client.one(float(x))
+        worker = start_worker(system, url, "drain", N_DRAIN)
+        try:
+            got = await wait_result(url, 600)
+        finally:
+            stop_worker(worker)
+        out["drain_per_s"] = N_DRAIN / (got["last"] - got["first"])
+        await flush(url)
+        worker = start_worker(system, url, "pickup", N_PICKUP)
+        try:
+            await asyncio.sleep(3)  # the worker is up and idle
+            for _ in range(N_PICKUP):
+                await client.one(time.time())
+                await asyncio.sleep(0.01)
+            got = await wait_result(url, 120)
+        finally:
+            stop_worker(worker)
+        latencies = sorted(got["latencies_ms"])
+        out["pickup_p50_ms"] = statistics.median(latencies)
+        out["pickup_p99_ms"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    finally:
+        await client.close()
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def f(v: Any, digits: int = 0) -> str:
+        return "n/a" if v is None else f"{v:,.{digits}f}"
+
+    lines = [
+        "| system | enqueue loop /s | bulk enqueue /s | drain /s | pickup p50 ms | pickup p99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['system']} | {f(r['enqueue_per_s'])} | {f(r['bulk_enqueue_per_s'])} | "
+            f"{f(r['drain_per_s'])} | {f(r['pickup_p50_ms'], 1)} | {f(r['pickup_p99_ms'], 1)} |"
+        )
+    return "\n".join(lines)
+
+
+async def bench(systems: list[str], url: str | None) -> list[dict[str, Any]]:
+    server = None if url else Server()
+    target = url or server.url  # type: ignore[union-attr]
+    try:
+        rows = []
+        for system in systems:
+            print(f"... {system}", file=sys.stderr, flush=True)
+            rows.append(await measure(system, target))
+        print(table(rows))
+        print()
+        for r in rows:
+            print(f"- {r['system']}: {r['settings']}")
+        return rows
+    finally:
+        if server is not None:
+            server.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--systems", default=",".join(SETTINGS))
+    parser.add_argument("--redis-url", help="an existing server (FLUSHALLed!): default, one's own")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run_worker(args.worker, os.environ["BENCH_URL"])
+        return
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown systems {unknown}; pick from {list(SETTINGS)}")
+    rows = asyncio.run(bench(systems, args.redis_url))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
