@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
 
 import ultimat3.jobs.postgres as pg
 from ultimat3.core import XError, new_id
@@ -326,3 +327,11 @@ async def test_the_pool_recovers_from_killed_connections(database_url: str, pg_s
         assert len(got) == 4
     finally:
         await driver.close()
+
+
+async def test_pool_size_names_the_pools_maximum(database_url: str) -> None:
+    owned = postgres_job_driver(database_url, max_size=7)
+    assert owned.pool_size == 7
+    async with AsyncConnectionPool(database_url, min_size=1, max_size=3, open=False) as pool:
+        assert postgres_job_driver(pool).pool_size == 3
+    await owned.close()

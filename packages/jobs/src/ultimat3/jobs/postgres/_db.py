@@ -135,6 +135,13 @@ class Database:
     def owns_pool(self) -> bool:
         return self._owned
 
+    @property
+    def max_size(self) -> int:
+        """How many connections the pool may hold (the caller's pool: its own maximum)."""
+        if self._owned or self._pool is None:
+            return self._max_size
+        return self._pool.max_size
+
     def conninfo(self) -> str:
         """The DSN the driver connects with (its own, or the caller's pool's)."""
         if self._dsn is not None:

@@ -193,6 +193,12 @@ class PostgresJobDriver:
     def steps(self) -> PostgresStepStore:
         return self._steps
 
+    @property
+    def pool_size(self) -> int:
+        """The most connections the driver's pool holds: a worker whose concurrency needs more
+        (claims, settles, heartbeats and steps at once) should refuse to start."""
+        return self._db.max_size
+
     async def open(self) -> None:
         """Open the owned pool now (it opens on first use otherwise); ``X_DRIVER_UNAVAILABLE``
         when the database does not answer."""

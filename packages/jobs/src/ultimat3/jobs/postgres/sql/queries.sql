@@ -184,8 +184,9 @@ inserted AS (
 {enqueue_many_answer}
 
 -- name: claim
--- Hand out at most %(limit)s due jobs. Served by x_jobs_claim_idx (one ordered range scan per
--- unpaused queue, LATERAL) and x_jobs_lapsed_idx (running rows whose lease lapsed). Candidates
+-- Hand out at most %(limit)s due jobs. Served by x_jobs_claim_idx and x_jobs_lapsed_idx (one
+-- ordered range scan of each per unpaused queue, LATERAL: ready rows by run_at, running rows
+-- whose lease lapsed by lease_expires_at). Candidates
 -- are locked (FOR UPDATE SKIP LOCKED) and MATERIALIZED before any UPDATE reads them, so the
 -- statement can never hand out more than the limit; the UPDATEs address the locked ids through
 -- x_jobs_pkey. A lapsed row on its final attempt is buried here (dead, or failed for the
@@ -210,14 +211,18 @@ due AS MATERIALIZED (
     ) d
 ),
 lapsed AS MATERIALIZED (
-    SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS exhausted, j.worker_id
-    FROM {x_jobs} j
-    WHERE j.state = 'running'
-      AND j.lease_expires_at <= now()
-      AND j.queue IN (SELECT queue FROM queues)
-    ORDER BY j.lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT l.id, l.run_at, l.exhausted, l.worker_id
+    FROM queues
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS exhausted, j.worker_id
+        FROM {x_jobs} j
+        WHERE j.queue = queues.queue
+          AND j.state = 'running'
+          AND j.lease_expires_at <= now()
+        ORDER BY j.lease_expires_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) l
 ),
 picked AS MATERIALIZED (
     SELECT c.id

@@ -41,9 +41,10 @@ CREATE INDEX x_jobs_claim_idx
     ON x_jobs (queue, run_at, id)
     WHERE state IN ('ready', 'delayed', 'suspended');
 
--- claim: running rows whose lease lapsed (re-offered, or settled dead on the final attempt).
+-- claim: per queue, running rows whose lease lapsed (re-offered, or settled dead on the final
+-- attempt). Per queue, so lapsed rows of a queue nobody serves cost other claims nothing.
 CREATE INDEX x_jobs_lapsed_idx
-    ON x_jobs (lease_expires_at)
+    ON x_jobs (queue, lease_expires_at)
     WHERE state = 'running';
 
 -- wake_waiters: the rows suspended on an event.
