@@ -184,6 +184,21 @@ def test_a_rerun_starts_from_a_clean_schema(database_url: str, scratch_schemas: 
         assert ran.data["jobs"]["rows"] == 20  # not 40: the schema was dropped and migrated
 
 
+def test_a_demo_that_outlives_its_timeout_ends_with_x_invariant_and_nothing_running(
+    database_url: str, scratch_schemas: list[str]
+) -> None:
+    schema = f"x_demo_test_{uuid.uuid4().hex[:12]}"
+    scratch_schemas.append(schema)
+    env = {"DATABASE_URL": database_url}
+    ran = run_x(["demo", "--jobs", "20", "--timeout", "0.5", "--json", "--schema", schema], env)
+    assert ran.code == 1
+    error = ran.error
+    assert error["code"] == "X_INVARIANT"  # the 2 s sleep alone outlives half a second
+    assert error["meta"]["total"] == 20 and error["meta"]["done"] < 20
+    stats = run_x(["jobs", "stats", "--schema", schema, "--json"], env)
+    assert sum(q["running"] for q in stats.data["queues"]) == 0  # drained, handed back
+
+
 # --- refusals ---------------------------------------------------------------------------------
 
 
