@@ -18,6 +18,7 @@ from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import EnqueueRequest
 from ultimat3.jobs._ports import BatchSettler, JobDriver, JobIntrospection, LeaseStore, StepStore
 from ultimat3.jobs.postgres import AckRequest, PostgresJobDriver, postgres_job_driver
+from ultimat3.jobs.postgres._db import Database
 
 NOWHERE = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
 
@@ -335,3 +336,42 @@ async def test_pool_size_names_the_pools_maximum(database_url: str) -> None:
     async with AsyncConnectionPool(database_url, min_size=1, max_size=3, open=False) as pool:
         assert postgres_job_driver(pool).pool_size == 3
     await owned.close()
+
+
+async def test_acks_made_together_share_one_statement_each_fenced(
+    pg_driver: PostgresJobDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await pg_driver.enqueue_many([req(i) for i in range(200)])
+    jobs = await claim(pg_driver, limit=200)
+    sent: list[int] = []
+    original = Database.fetchall
+
+    async def counting(self: Database, name: str, params: Any, **kw: Any) -> Any:
+        if name == "ack_many":
+            sent.append(len(params["ids"]))
+        return await original(self, name, params, **kw)
+
+    monkeypatch.setattr(Database, "fetchall", counting)
+    claims = [j.claim if i % 10 else new_id() for i, j in enumerate(jobs)]  # every 10th: stale
+    landed = await asyncio.gather(
+        *(
+            pg_driver.ack(j.id, worker_id="w", claim=c, duration_ms=1)
+            for j, c in zip(jobs, claims, strict=True)
+        )
+    )
+    assert landed == [bool(i % 10) for i in range(200)]
+    assert sum(sent) == 200 and len(sent) <= 2, sent
+    [stats] = await pg_driver.stats()
+    assert (stats.done, stats.running) == (180, 20)
+
+
+async def test_a_failing_shared_ack_statement_reaches_every_caller() -> None:
+    driver = postgres_job_driver(NOWHERE, timeout_s=0.5)
+    try:
+        results = await asyncio.gather(
+            *(driver.ack(new_id(), worker_id="w", claim=new_id()) for _ in range(5)),
+            return_exceptions=True,
+        )
+    finally:
+        await driver.close()
+    assert all(isinstance(r, XError) and r.code == "X_DRIVER_UNAVAILABLE" for r in results)

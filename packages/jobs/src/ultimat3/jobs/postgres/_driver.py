@@ -9,9 +9,12 @@ database's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from psycopg import errors as pg_errors
@@ -87,6 +90,15 @@ def _plainly_valid(req: EnqueueRequest) -> bool:
         and (run_at_ms is None or type(run_at_ms) is int)
         and (delay_ms is None or type(delay_ms) is int)
     )
+
+
+@dataclass(slots=True)
+class _PendingAck:
+    job_id: str
+    claim: str
+    result_json: str
+    duration_ms: int | None
+    landed: asyncio.Future[bool] | None
 
 
 def _fenced_ids(job_id: object, claim: object) -> bool:
@@ -177,6 +189,8 @@ class PostgresJobDriver:
         self.introspect = PostgresJobIntrospection(self._db)
         self.backfills = PostgresBackfillLedger(self._db)
         self._woken: dict[str, float] = {}
+        self._acks: dict[str, list[_PendingAck]] = {}
+        self._ack_flusher: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"PostgresJobDriver(schema={self._db.schema!r})"
@@ -205,7 +219,12 @@ class PostgresJobDriver:
         await self._db.open()
 
     async def close(self) -> None:
-        """Close the pool the driver opened; a pool the caller passed in stays the caller's."""
+        """Send the acks still pending, then close the pool the driver opened; a pool the caller
+        passed in stays the caller's."""
+        flusher = self._ack_flusher
+        if flusher is not None and not flusher.done():
+            with contextlib.suppress(Exception):
+                await flusher
         await self._db.close()
 
     async def now_ms(self) -> int:
@@ -503,53 +522,92 @@ class PostgresJobDriver:
         result: Any = None,
         duration_ms: int | None = None,
     ) -> bool:
+        """Fenced; the done counter moves in the same statement. Acks made at the same moment
+        (the runs of one batch ending together) share ONE ``ack_many`` statement: each caller
+        still hears whether its own ack landed."""
         result_json = to_json_text(
             result, what=f"the result of job {job_id}", code="X_STEP_OUTPUT_UNSERIALIZABLE"
         )
+        duration = ms_param(duration_ms, what=f"ack of job {job_id}: duration_ms")
         if not _fenced_ids(job_id, claim):
             return False
-        row = await self._db.fetchone(
-            "ack",
-            {
-                "id": job_id,
-                "worker_id": worker_id,
-                "claim": claim,
-                "result": result_json,
-                "duration_ms": ms_param(duration_ms, what=f"ack of job {job_id}: duration_ms"),
-            },
-            what=f"ack of job {job_id}",
+        loop = asyncio.get_running_loop()
+        landed: asyncio.Future[bool] = loop.create_future()
+        flusher = self._ack_flusher
+        if flusher is not None and flusher.get_loop() is not loop:
+            self._acks.clear()  # a previous event loop's leftovers (it is gone)
+            flusher = None
+        self._acks.setdefault(worker_id, []).append(
+            _PendingAck(job_id, claim, result_json, duration, landed)
         )
-        return bool(row and row[0])
+        if flusher is None or flusher.done():
+            self._ack_flusher = loop.create_task(self._flush_acks(), name="ultimat3.jobs.acks")
+        return await landed
 
-    async def ack_many(self, acks: Sequence[AckRequest], *, worker_id: str) -> list[bool]:
-        """Driver extra: a batch of acks by one worker in ONE statement (one commit); answers,
-        per input, whether that ack landed (each is fenced like ``ack``)."""
-        if not acks:
-            return []
-        results = [
-            to_json_text(
-                a.result, what=f"the result of job {a.job_id}", code="X_STEP_OUTPUT_UNSERIALIZABLE"
-            )
-            for a in acks
-        ]
-        durations = [ms_param(a.duration_ms, what=f"ack of job {a.job_id}") for a in acks]
-        live = [i for i, a in enumerate(acks) if _fenced_ids(a.job_id, a.claim)]
-        if not live:
-            return [False] * len(acks)
+    async def _flush_acks(self) -> None:
+        """Send every pending ack, one ``ack_many`` statement per worker (and per 1,000); acks
+        arriving while a statement is out join the next one."""
+        while self._acks:
+            pending, self._acks = self._acks, {}
+            for worker_id, items in pending.items():
+                for at in range(0, len(items), ENQUEUE_CHUNK):
+                    chunk = items[at : at + ENQUEUE_CHUNK]
+                    try:
+                        landed = await self._ack_prepared(chunk, worker_id)
+                    except BaseException as exc:  # every waiter hears it, the flusher goes on
+                        for item in chunk:
+                            if item.landed is not None and not item.landed.done():
+                                item.landed.set_exception(exc)
+                        if not isinstance(exc, Exception):
+                            raise
+                        continue
+                    for item in chunk:
+                        if item.landed is not None and not item.landed.done():
+                            item.landed.set_result(item.job_id in landed)
+
+    async def _ack_prepared(self, items: Sequence[_PendingAck], worker_id: str) -> set[str]:
+        """ONE statement: the acks of one worker; answers the ids whose ack landed."""
         rows = await self._db.fetchall(
             "ack_many",
             {
-                "ids": [acks[i].job_id for i in live],
-                "claims": [acks[i].claim for i in live],
-                "results": [results[i] for i in live],
-                "durations": [durations[i] for i in live],
+                "ids": [a.job_id for a in items],
+                "claims": [a.claim for a in items],
+                "results": [a.result_json for a in items],
+                "durations": [a.duration_ms for a in items],
                 "worker_id": worker_id,
             },
-            what=f"ack_many of {len(live)} jobs by worker {worker_id}",
+            what=(
+                f"ack of job {items[0].job_id}"
+                if len(items) == 1
+                else f"ack_many of {len(items)} jobs by worker {worker_id}"
+            ),
         )
-        landed = {r[0] for r in rows}
-        asked = set(live)
-        return [i in asked and a.job_id in landed for i, a in enumerate(acks)]
+        return {r[0] for r in rows}
+
+    async def ack_many(self, acks: Sequence[AckRequest], *, worker_id: str) -> list[bool]:
+        """``BatchSettler``: a batch of acks by one worker in ONE statement (one commit);
+        answers, per input, whether that ack landed (each is fenced like ``ack``)."""
+        if not acks:
+            return []
+        items = [
+            _PendingAck(
+                a.job_id,
+                a.claim,
+                to_json_text(
+                    a.result,
+                    what=f"the result of job {a.job_id}",
+                    code="X_STEP_OUTPUT_UNSERIALIZABLE",
+                ),
+                ms_param(a.duration_ms, what=f"ack of job {a.job_id}: duration_ms"),
+                None,
+            )
+            for a in acks
+        ]
+        live = [item for item in items if _fenced_ids(item.job_id, item.claim)]
+        landed: set[str] = set()
+        for at in range(0, len(live), ENQUEUE_CHUNK):
+            landed |= await self._ack_prepared(live[at : at + ENQUEUE_CHUNK], worker_id)
+        return [_fenced_ids(a.job_id, a.claim) and a.job_id in landed for a in acks]
 
     async def nack(
         self,
