@@ -375,3 +375,32 @@ async def test_a_failing_shared_ack_statement_reaches_every_caller() -> None:
     finally:
         await driver.close()
     assert all(isinstance(r, XError) and r.code == "X_DRIVER_UNAVAILABLE" for r in results)
+
+
+async def test_a_claim_tells_which_runs_have_no_steps_so_loading_them_is_free(
+    pg_driver: PostgresJobDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await pg_driver.enqueue_many([req(i) for i in range(2)])
+    bare, stepped = await claim(pg_driver)
+    assert await pg_driver.steps.record(
+        stepped.id, "s", state="completed", worker_id="w", claim=stepped.claim, output=1
+    )
+    assert await pg_driver.nack(stepped.id, worker_id="w", claim=stepped.claim, outcome="release")
+    [again] = await claim(pg_driver)
+    assert again.id == stepped.id
+    loads: list[str] = []
+    original = Database.fetchall
+
+    async def counting(self: Database, name: str, params: Any, **kw: Any) -> Any:
+        loads.append(name)
+        return await original(self, name, params, **kw)
+
+    monkeypatch.setattr(Database, "fetchall", counting)
+    assert await pg_driver.steps.load(bare.id) == {}
+    assert loads == [], "a run the claim saw without steps is loaded without a round trip"
+    assert list(await pg_driver.steps.load(again.id)) == ["s"]
+    assert await pg_driver.steps.record(
+        bare.id, "t", state="completed", worker_id="w", claim=bare.claim, output=2
+    )
+    assert list(await pg_driver.steps.load(bare.id)) == ["t"]
+    assert loads.count("steps_load") == 2

@@ -107,14 +107,39 @@ def _fenced_ids(job_id: object, claim: object) -> bool:
     return is_lowercase_uuid(job_id) and is_lowercase_uuid(claim)
 
 
+class _Stepless:
+    """Job ids this driver claimed that had no step at their claim (bounded, oldest dropped).
+
+    While a claim holds a row, only its holder can record a step, and it records through this
+    driver (which forgets the id first); so ``steps.load`` of such a job is ``{}`` without a
+    round trip. A claim that lapsed to another worker makes the holder a zombie whose writes are
+    fenced anyway."""
+
+    def __init__(self, bound: int = 50_000) -> None:
+        self._ids: dict[str, None] = {}
+        self._bound = bound
+
+    def add(self, job_id: str) -> None:
+        self._ids[job_id] = None
+        if len(self._ids) > self._bound:
+            del self._ids[next(iter(self._ids))]
+
+    def discard(self, job_id: str) -> None:
+        self._ids.pop(job_id, None)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._ids
+
+
 class PostgresStepStore:
     """``StepStore`` over ``x_job_steps``: one row per ``(job_id, name)``, fenced writes."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, stepless: _Stepless | None = None) -> None:
         self._db = db
+        self._stepless = stepless if stepless is not None else _Stepless()
 
     async def load(self, job_id: str) -> dict[str, StepRecord]:
-        if not is_lowercase_uuid(job_id):
+        if not is_lowercase_uuid(job_id) or job_id in self._stepless:
             return {}
         rows = await self._db.fetchall("steps_load", {"job_id": job_id})
         return {r[0]: step_record(r) for r in rows}
@@ -143,6 +168,7 @@ class PostgresStepStore:
         error_json = json_or_none(error, what=f"job {job_id} step {name!r} error")
         if not _fenced_ids(job_id, claim):
             return False
+        self._stepless.discard(job_id)
         n = await self._db.fetchone(
             "step_record",
             {
@@ -184,7 +210,8 @@ class PostgresJobDriver:
             max_size=max_size,
             timeout_s=timeout_s,
         )
-        self._steps = PostgresStepStore(self._db)
+        self._stepless = _Stepless()
+        self._steps = PostgresStepStore(self._db, self._stepless)
         self.leases = PostgresLeaseStore(self._db)
         self.introspect = PostgresJobIntrospection(self._db)
         self.backfills = PostgresBackfillLedger(self._db)
@@ -490,6 +517,10 @@ class PostgresJobDriver:
                     worker_id=r[16],
                 )
                 continue
+            if r[18]:
+                self._stepless.discard(r[1])
+            else:
+                self._stepless.add(r[1])
             claimed.append(
                 ClaimedJob(
                     id=r[1],
@@ -531,6 +562,7 @@ class PostgresJobDriver:
         duration = ms_param(duration_ms, what=f"ack of job {job_id}: duration_ms")
         if not _fenced_ids(job_id, claim):
             return False
+        self._stepless.discard(job_id)
         loop = asyncio.get_running_loop()
         landed: asyncio.Future[bool] = loop.create_future()
         flusher = self._ack_flusher
@@ -604,6 +636,8 @@ class PostgresJobDriver:
             for a in acks
         ]
         live = [item for item in items if _fenced_ids(item.job_id, item.claim)]
+        for item in live:
+            self._stepless.discard(item.job_id)
         landed: set[str] = set()
         for at in range(0, len(live), ENQUEUE_CHUNK):
             landed |= await self._ack_prepared(live[at : at + ENQUEUE_CHUNK], worker_id)
@@ -631,6 +665,7 @@ class PostgresJobDriver:
         check_text(wait_event, what=f"nack of job {job_id}: wait_event", optional=True)
         if not _fenced_ids(job_id, claim):
             return False
+        self._stepless.discard(job_id)
         row = await self._db.fetchone(
             "nack",
             {

@@ -190,7 +190,9 @@ inserted AS (
 -- are locked (FOR UPDATE SKIP LOCKED) and MATERIALIZED before any UPDATE reads them, so the
 -- statement can never hand out more than the limit; the UPDATEs address the locked ids through
 -- x_jobs_pkey. A lapsed row on its final attempt is buried here (dead, or failed for the
--- no_dead_letter names) with X_JOB_LEASE_LOST, counted, and returned as kind 'buried'.
+-- no_dead_letter names) with X_JOB_LEASE_LOST, counted, and returned as kind 'buried'. Each
+-- claimed row says whether it has steps (x_job_steps_pkey), so the run's first steps.load of a
+-- step-less job costs no round trip.
 WITH queues AS (
     SELECT DISTINCT q.queue
     FROM unnest(%(queues)s::text[]) AS q (queue)
@@ -283,11 +285,12 @@ FROM (
            floor(extract(epoch FROM c.lease_expires_at) * 1000)::bigint AS lease_ms,
            c.idempotency_key, c.tenant_id, c.concurrency_key,
            floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
-           NULL::text AS state, NULL::text AS lapsed_worker, c.run_at
+           NULL::text AS state, NULL::text AS lapsed_worker, c.run_at,
+           EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps
     FROM claimed c
     UNION ALL
     SELECT 'buried', b.id::text, NULL, b.name, b.queue, NULL, b.attempts, b.max_attempts, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL, b.state, b.lapsed_worker, b.run_at
+           NULL, NULL, NULL, NULL, NULL, NULL, b.state, b.lapsed_worker, b.run_at, NULL
     FROM buried b
 ) r
 ORDER BY r.kind, r.run_at, r.id
