@@ -49,6 +49,9 @@ _STATE_FIELDS: Final = ("ready", "delayed", "running", "suspended", "done", "fai
                         "cancelled")  # fmt: skip
 
 
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def _positive(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise XError(
@@ -177,7 +180,8 @@ class RedisJobDriver:
     # --- enqueue --------------------------------------------------------------------------
 
     def _prepare(self, req: EnqueueRequest) -> list[Arg]:
-        """Check one request; answers its 12 script arguments. Nothing is written."""
+        """Check one request; answers its 2 script arguments (its fields as one JSON array, its
+        payload as JSON text). Nothing is written."""
         for field_name in ("id", "run_id", "name", "queue", "idempotency_key"):
             value = getattr(req, field_name)
             if not isinstance(value, str) or not value:
@@ -204,20 +208,20 @@ class RedisJobDriver:
                     fix="enqueue through the job handle, with delay= or run_at=",
                 )
         payload = freeze(req.payload, what=f"the payload of job {req.id} ({req.name})")
-        return [
+        fields = [
             req.id,
             req.run_id,
             req.name,
             req.queue,
-            payload,
             req.idempotency_key,
             attempts,
-            opt(req.tenant_id),
-            opt(req.concurrency_key),
-            opt(req.delay_ms),
-            opt(req.run_at_ms),
+            req.tenant_id,
+            req.concurrency_key,
+            req.delay_ms,
+            req.run_at_ms,
             live_key(req.name, req.tenant_id, req.idempotency_key),
         ]
+        return [_dumps(fields), payload]
 
     @staticmethod
     def _results(reply: Sequence[Any]) -> list[EnqueueResult]:

@@ -1,14 +1,22 @@
--- enqueue: ARGV[1] = n, then 12 arguments per request: id, run_id, name, queue, payload (JSON),
--- idempotency_key, max_attempts, tenant_id?, concurrency_key?, delay_ms?, run_at_ms?, live key.
+-- enqueue: ARGV[1] = n, then 2 arguments per request: its fields as one JSON array
+-- [id, run_id, name, queue, idempotency_key, max_attempts, tenant_id, concurrency_key, delay_ms,
+-- run_at_ms, live key] (null for None), and its payload (JSON text, stored as given).
 -- Dedupe on the live key first (first payload wins), then on the id (an outbox republish).
 -- Answers a flat array: id, run_id, deduped (0/1) per request, in input order.
+local function field(v)
+  if v == cjson.null then
+    return nil
+  end
+  return v
+end
 local now = now_ms()
 local n = tonumber(ARGV[1])
 local out = {}
 for i = 0, n - 1 do
-  local b = 1 + i * 12
-  local id, run_id, name, queue = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
-  local lk = ARGV[b + 12]
+  local f = cjson.decode(ARGV[2 + i * 2])
+  local payload = ARGV[3 + i * 2]
+  local id, run_id, name, queue = f[1], f[2], f[3], f[4]
+  local lk = f[11]
   local holder = redis.call('HGET', P .. 'live', lk)
   local holder_run = holder and redis.call('HGET', P .. 'j:' .. holder, 'run_id')
   if holder and holder_run then
@@ -25,19 +33,17 @@ for i = 0, n - 1 do
       out[#out + 1] = same_run
       out[#out + 1] = 1
     else
-      local tenant, ckey = opt(ARGV[b + 8]), opt(ARGV[b + 9])
-      local delay, run_at = opt(ARGV[b + 10]), opt(ARGV[b + 11])
-      if run_at then
-        run_at = tonumber(run_at)
-      else
-        run_at = now + (tonumber(delay) or 0)
+      local tenant, ckey = field(f[7]), field(f[8])
+      local delay, run_at = field(f[9]), field(f[10])
+      if not run_at then
+        run_at = now + (delay or 0)
       end
       local key = P .. 'j:' .. id
       redis.call('HSET', key,
         'id', id, 'run_id', run_id, 'name', name, 'queue', queue,
-        'attempts', 0, 'max_attempts', ARGV[b + 7],
+        'attempts', 0, 'max_attempts', N(f[6]),
         'run_at', N(run_at), 'created_at', N(now),
-        'idempotency_key', ARGV[b + 6], 'payload', ARGV[b + 5], 'lk', lk)
+        'idempotency_key', f[5], 'payload', payload, 'lk', lk)
       if tenant then
         redis.call('HSET', key, 'tenant_id', tenant)
       end
