@@ -88,22 +88,31 @@ UNION ALL
 )
 
 -- name: enqueue_many_input
--- (fragment) up to ENQUEUE_CHUNK requests as ONE jsonb array of row objects (deduplicated by key
--- and id in Python first; one parameter, parsed once), with their run_at.
+-- (fragment) up to ENQUEUE_CHUNK requests as ONE jsonb array of positional rows (deduplicated by
+-- key and id in Python first; one parameter, parsed once; positions are _driver._chunk_doc's:
+-- id, run_id, name, queue, payload, idempotency_key, tenant_id, concurrency_key, max_attempts,
+-- run_at_ms, delay_ms), with their run_at.
 input AS (
     SELECT i.*,
            coalesce(
                to_timestamp(0) + i.run_at_ms * interval '1 millisecond',
                now() + greatest(coalesce(i.delay_ms, 0), 0) * interval '1 millisecond'
            ) AS run_at
-    FROM ROWS FROM (
-        jsonb_to_recordset(%(rows)s::jsonb) AS (
-            id uuid, run_id uuid, name text, queue text, payload jsonb, idempotency_key text,
-            tenant_id text, concurrency_key text, max_attempts integer, run_at_ms bigint,
-            delay_ms bigint)
-    ) WITH ORDINALITY AS i (
-        id, run_id, name, queue, payload, idempotency_key, tenant_id, concurrency_key,
-        max_attempts, run_at_ms, delay_ms, ord)
+    FROM (
+        SELECT (e.r ->> 0)::uuid AS id,
+               (e.r ->> 1)::uuid AS run_id,
+               e.r ->> 2 AS name,
+               e.r ->> 3 AS queue,
+               e.r -> 4 AS payload,
+               e.r ->> 5 AS idempotency_key,
+               e.r ->> 6 AS tenant_id,
+               e.r ->> 7 AS concurrency_key,
+               (e.r ->> 8)::integer AS max_attempts,
+               (e.r ->> 9)::bigint AS run_at_ms,
+               (e.r ->> 10)::bigint AS delay_ms,
+               e.ord
+        FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e (r, ord)
+    ) i
 )
 
 -- name: enqueue_many_answer
