@@ -36,12 +36,23 @@ class Worker(Protocol):
 
 
 class System(Protocol):
-    name: str
-    settings: str
-    remaining_sql: str
-    """Jobs of this system not yet settled (done / completed / succeeded)."""
-    driver_lib: str
-    """The database client library: ``psycopg`` or ``asyncpg``."""
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def settings(self) -> str:
+        """The worker settings used, in words (docs/performance.md repeats them)."""
+        ...
+
+    @property
+    def remaining_sql(self) -> str:
+        """Jobs of this system not yet settled (done / completed / succeeded)."""
+        ...
+
+    @property
+    def driver_lib(self) -> str:
+        """The database client library: ``psycopg`` or ``asyncpg``."""
+        ...
 
     async def install(self, dsn: str) -> None: ...
 

@@ -4,6 +4,8 @@ server's own counters (``pg_stat_database``, ``pg_stat_statements`` when it is p
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import subprocess
 import time
 from collections.abc import Sequence
@@ -12,16 +14,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 
 def dsn_for(base: str, dbname: str) -> str:
     """``base`` pointed at ``dbname``, kept a URL when it is one (asyncpg reads only URLs)."""
     if base.startswith(("postgresql://", "postgres://")):
         return urlunsplit(urlsplit(base)._replace(path=f"/{dbname}"))
-    params = conninfo_to_dict(base)
-    params["dbname"] = dbname
-    return make_conninfo(**params)
+    return make_conninfo(base, dbname=dbname)
 
 
 async def admin_exec(admin_dsn: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -89,24 +89,30 @@ async def pgss_calls(dsn: str, name: str, *, reset: bool) -> int:
         return int(row[0]) if row else 0
 
 
+SOURCES = ("packages/core/src", "packages/jobs/src")
+"""What the editable install of ours runs: a change there mid-run changes what is measured."""
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=10
+    ).stdout
+
+
 def git_state() -> str:
-    """The commit the editable ultimat3 install runs, and whether its jobs package is dirty."""
+    """The commit the editable ultimat3 install runs, plus a digest of any uncommitted change
+    to its sources (tracked diffs and untracked files), so a change mid-run shows."""
     root = Path(__file__).resolve().parents[2]
     try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "packages/core", "packages/jobs"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        head = _git(root, "rev-parse", "--short", "HEAD").strip()
+        digest = hashlib.sha256(_git(root, "diff", "HEAD", "--", *SOURCES).encode())
+        untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", *SOURCES)
+        for name in sorted(untracked.split()):
+            digest.update(name.encode())
+            with contextlib.suppress(OSError):
+                digest.update((root / name).read_bytes())
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git)"
-    return f"{head}{' + uncommitted changes in packages/core|jobs' if dirty else ''}"
+    if digest.hexdigest() == hashlib.sha256(b"").hexdigest():
+        return head
+    return f"{head} + uncommitted changes (digest {digest.hexdigest()[:8]})"

@@ -155,7 +155,8 @@ async def parent_main(args: argparse.Namespace) -> int:
     )
     print(f"server: {info[0][0]}; fsync={info[0][1]}; synchronous_commit={info[0][2]}")
     print(f"cpus: {os.cpu_count()}; python: {sys.version.split()[0]}; event loop: asyncio")
-    print(f"ultimat3 tree: {git_state()}")
+    trees = [git_state()]
+    print(f"ultimat3 tree: {trees[0]}")
     if use_pgss:
         print("statements: pg_stat_statements")
     else:
@@ -170,7 +171,10 @@ async def parent_main(args: argparse.Namespace) -> int:
     for s in systems:
         print(f"settings {s}: {SYSTEMS[s]().settings}")
     for rep in range(1, args.repeat + 1):
-        print(f"--- run {rep} of {args.repeat}", flush=True)
+        tree = git_state()
+        if tree != trees[-1]:
+            trees.append(tree)
+        print(f"--- run {rep} of {args.repeat} (ultimat3 tree {tree})", flush=True)
         for name in systems:
             system = SYSTEMS[name]()
             db = db_name(name)
@@ -185,7 +189,11 @@ async def parent_main(args: argparse.Namespace) -> int:
             async def latency(system: System = system, db: str = db) -> dict[str, Any]:
                 return await measure_latency(system, await fresh_db(admin, db))
 
-            steps = (("enqueue", enqueue), ("drain", drain), ("latency", latency))
+            steps: tuple[tuple[str, Callable[[], Awaitable[dict[str, Any]]]], ...] = (
+                ("enqueue", enqueue),
+                ("drain", drain),
+                ("latency", latency),
+            )
             if name == "ultimat3-floor":  # the same enqueue as ours; no wake of its own
                 steps = (("drain", drain),)
             for label, fn in steps:
@@ -194,15 +202,24 @@ async def parent_main(args: argparse.Namespace) -> int:
         if "ultimat3" in systems:
 
             async def relay() -> dict[str, Any]:
-                rate, what = await measure_relay(await fresh_db(admin, db_name("ultimat3")))
+                rate, how = await measure_relay(await fresh_db(admin, db_name("ultimat3")))
+                what = f"relay measured as: {how}"
                 if what not in results.notes:
-                    results.notes.append(f"relay measured as: {what}")
+                    results.notes.append(what)
                 return {"relay": rate}
 
             for key, value in (await guarded(results, "ultimat3 relay", relay)).items():
                 results.add("ultimat3", key, value)
     for name in systems:
         await drop_db(admin, db_name(name))
+    if git_state() != trees[-1]:
+        trees.append(git_state())
+    if len(trees) > 1:
+        results.notes.append(
+            "ours CHANGED during this run (the editable install follows the work tree): "
+            + " -> ".join(trees)
+            + "; its medians mix versions, run again for one version's figures"
+        )
     print()
     print(
         f"medians of {args.repeat} runs; --jobs {args.jobs}; "
