@@ -5,6 +5,7 @@ purge, and the public names of ultimat3.jobs.postgres."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import psycopg
@@ -348,7 +349,7 @@ async def test_acks_made_together_share_one_statement_each_fenced(
 
     async def counting(self: Database, name: str, params: Any, **kw: Any) -> Any:
         if name == "ack_many":
-            sent.append(len(params["ids"]))
+            sent.append(len(json.loads(params["rows"])))
         return await original(self, name, params, **kw)
 
     monkeypatch.setattr(Database, "fetchall", counting)

@@ -600,15 +600,20 @@ class PostgresJobDriver:
 
     async def _ack_prepared(self, items: Sequence[_PendingAck], worker_id: str) -> set[str]:
         """ONE statement: the acks of one worker; answers the ids whose ack landed."""
+        # ids and claims are checked lowercase UUIDs and results JSON text already: the array
+        # is joined as text, with no second encoding of the results
+        doc = (
+            "["
+            + ",".join(
+                f'["{a.job_id}","{a.claim}",{a.result_json},'
+                f"{'null' if a.duration_ms is None else int(a.duration_ms)}]"
+                for a in items
+            )
+            + "]"
+        )
         rows = await self._db.fetchall(
             "ack_many",
-            {
-                "ids": [a.job_id for a in items],
-                "claims": [a.claim for a in items],
-                "results": [a.result_json for a in items],
-                "durations": [a.duration_ms for a in items],
-                "worker_id": worker_id,
-            },
+            {"rows": doc, "worker_id": worker_id},
             what=(
                 f"ack of job {items[0].job_id}"
                 if len(items) == 1

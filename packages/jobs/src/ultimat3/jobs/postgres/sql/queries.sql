@@ -330,12 +330,15 @@ settled AS (
 SELECT count(*) FROM settled_rows
 
 -- name: ack_many
--- A batch of acks of one worker in one statement (x_jobs_pkey per input); answers the ids
--- that landed. The counters move once per job name for the whole batch.
+-- A batch of acks of one worker in one statement (x_jobs_pkey per input), the acks as one jsonb
+-- array of [id, claim, result, duration_ms]; answers the ids that landed. The counters move once
+-- per job name for the whole batch.
 WITH input AS (
-    SELECT *
-    FROM unnest(%(ids)s::uuid[], %(claims)s::uuid[], %(results)s::jsonb[],
-                %(durations)s::bigint[]) AS i (id, claim, result, duration_ms)
+    SELECT (e.r ->> 0)::uuid AS id,
+           (e.r ->> 1)::uuid AS claim,
+           e.r -> 2 AS result,
+           (e.r ->> 3)::bigint AS duration_ms
+    FROM jsonb_array_elements(%(rows)s::jsonb) AS e (r)
 ),
 settled_rows AS (
     UPDATE {x_jobs} AS j SET
