@@ -10,6 +10,7 @@ from ._backfills import RedisBackfillLedger
 from ._driver import RedisJobDriver, RedisStepStore, redis_job_driver
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
+from ._wake import RedisWakeListener, redis_wake_listener
 
 __all__ = [
     "RedisBackfillLedger",
@@ -17,5 +18,7 @@ __all__ = [
     "RedisJobIntrospection",
     "RedisLeaseStore",
     "RedisStepStore",
+    "RedisWakeListener",
     "redis_job_driver",
+    "redis_wake_listener",
 ]

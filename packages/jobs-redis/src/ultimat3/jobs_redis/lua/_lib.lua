@@ -21,6 +21,7 @@
 --   P.."c:"..tier..":"..start hash counter bucket (kind letter .. job name -> count);
 --   P.."cb:"..tier   zset   bucket starts of a tier
 --   P.."bf:"..id     hash   one backfill pass; P.."bfo" zset of pass ids by sequence
+--   P.."due"        pub/sub channel: a queue's name, each time one of its jobs becomes due now
 
 local P = KEYS[1]
 
@@ -187,6 +188,12 @@ local function count(job, kind, now, duration)
   end
 end
 
+-- Tell listeners (RedisWakeListener) that `queue` has a job due now: PUBLISH on P .. 'due'.
+-- Costs nothing much when nobody listens; a missed message only waits for the next poll.
+local function announce(queue)
+  redis.call('PUBLISH', P .. 'due', queue)
+end
+
 -- The stored error of a lapse on the final attempt: the template is XError.to_dict() JSON with
 -- the message "@@MSG@@", filled here.
 local function fill(template, message)
@@ -205,4 +212,4 @@ end
 
 -- Unused locals are fine: every script gets the whole prelude.
 local _ = { now_ms, N, opt, lt, ixm, hgetall, load, held, move, forget_wait, delete_row, count,
-  fill, row_flat, LIVE, WAITING, TERMINAL }
+  fill, row_flat, announce, LIVE, WAITING, TERMINAL }

@@ -37,10 +37,12 @@ local function put_back(id)
   redis.call('HDEL', k, 'finished_at', 'result', 'worker_id', 'claim', 'lease_expires_at')
   forget_wait(r)
   move(r, 'ready', now, now)
+  return r.queue
 end
 
 local rows = matching()
 local affected = 0
+local announced = {}
 if action == 'remove' then
   for i = 1, math.min(max, #rows) do
     delete_row(load(rows[i].id))
@@ -57,8 +59,13 @@ elseif action == 'promote' then
   for i = 1, math.min(max, #due) do
     local id = due[i].id
     redis.call('HSET', P .. 'j:' .. id, 'run_at', N(now))
-    move(load(id), 'ready', now, now)
+    local r = load(id)
+    move(r, 'ready', now, now)
+    announced[r.queue] = true
     affected = affected + 1
+  end
+  for queue, _ in pairs(announced) do
+    announce(queue)
   end
   return { affected, #due - affected }
 else
@@ -67,9 +74,12 @@ else
       break
     end
     if not redis.call('HGET', P .. 'live', row.lk) then
-      put_back(row.id)
+      announced[put_back(row.id)] = true
       affected = affected + 1
     end
+  end
+  for queue, _ in pairs(announced) do
+    announce(queue)
   end
   local movable, remaining = {}, 0
   for _, row in ipairs(rows) do

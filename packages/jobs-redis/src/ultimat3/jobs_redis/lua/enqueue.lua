@@ -12,6 +12,7 @@ end
 local now = now_ms()
 local n = tonumber(ARGV[1])
 local out = {}
+local due = {}
 for i = 0, n - 1 do
   local f = cjson.decode(ARGV[2 + i * 2])
   local payload = ARGV[3 + i * 2]
@@ -54,10 +55,16 @@ for i = 0, n - 1 do
       redis.call('ZADD', P .. 'ix', 0, ixm(now, id))
       redis.call('SADD', P .. 'queues', queue)
       move(r, run_at > now and 'delayed' or 'ready', now, run_at)
+      if run_at <= now then
+        due[queue] = true
+      end
       out[#out + 1] = id
       out[#out + 1] = run_id
       out[#out + 1] = 0
     end
   end
+end
+for queue, _ in pairs(due) do
+  announce(queue)
 end
 return out

@@ -20,6 +20,9 @@ if outcome == 'retry' then
   redis.call('HSET', key, 'run_at', N(later))
   move(r, 'ready', now, later)
   count(r.name, 'r', now, nil)
+  if later <= now then
+    announce(r.queue)
+  end
 elseif outcome == 'dead' or outcome == 'failed' then
   redis.call('HSET', key, 'finished_at', N(now))
   move(r, outcome, now, now)
@@ -36,6 +39,9 @@ else
     move(r, 'suspended', now, later)
   else
     move(r, 'ready', now, later)
+    if later <= now then
+      announce(r.queue)
+    end
   end
 end
 return 1

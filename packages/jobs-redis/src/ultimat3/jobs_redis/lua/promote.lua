@@ -12,4 +12,5 @@ if not (r.state == 'delayed' or (r.state == 'ready' and run_at > now)) then
 end
 redis.call('HSET', P .. 'j:' .. id, 'run_at', N(now))
 move(r, 'ready', now, now)
+announce(r.queue)
 return { 'ok', row_flat(id) }

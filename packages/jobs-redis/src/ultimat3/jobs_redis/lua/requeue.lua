@@ -38,4 +38,5 @@ redis.call('HSET', k, 'attempts', 0, 'run_at', N(now))
 redis.call('HDEL', k, 'finished_at', 'result', 'worker_id', 'claim', 'lease_expires_at')
 forget_wait(r)
 move(r, 'ready', now, now)
+announce(r.queue)
 return { 'ok', row_flat(id) }

@@ -3,6 +3,7 @@
 local event = ARGV[1]
 local now = now_ms()
 local woken = 0
+local due = {}
 local ids = redis.call('SMEMBERS', P .. 'ev:' .. event)
 for _, id in ipairs(ids) do
   local key = P .. 'j:' .. id
@@ -12,8 +13,12 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'run_at', N(run_at), 'updated_at', N(now))
     redis.call('ZADD', P .. 'w:' .. f[4], N(run_at), id)
     woken = woken + 1
+    due[f[4]] = true
   else
     redis.call('SREM', P .. 'ev:' .. event, id)
   end
+end
+for queue, _ in pairs(due) do
+  announce(queue)
 end
 return woken

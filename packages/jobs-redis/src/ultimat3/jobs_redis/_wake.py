@@ -1,0 +1,146 @@
+"""Wake a worker the moment a job is due, instead of at its next poll.
+
+Every script that makes a job due now (an enqueue, a retry or release without delay, a wake, a
+promotion, a requeue, a resumed queue) publishes the queue's name on the driver's ``{x}:due``
+channel. A :class:`RedisWakeListener` subscribes to it and calls ``wake`` (a worker's
+``worker.wake``) for the queues it serves, so an idle worker passes at once::
+
+    worker = job_worker(jobs=[...], driver=driver)
+    await worker.start()
+    async with redis_wake_listener(driver, worker.wake, queues=worker.queues):
+        ...                                  # serve until the app stops
+
+The listener is only a hint: a message lost (a disconnection, a listener restarting) costs the
+wait until the worker's next poll, never a job. While Redis is down it logs
+``jobs.driver.unavailable`` and subscribes again, backing off up to 5 s; after every
+(re)subscription it wakes the worker once, for what it may have missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Collection
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ultimat3.core import XError, log_event
+
+from ._codec import text
+from ._driver import RedisJobDriver
+
+_BACKOFF_START_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+
+class RedisWakeListener:
+    """Calls ``wake()`` each time a job of ``queues`` (every queue when ``None``) becomes due on
+    the driver. ``start()`` / ``stop()``, or ``async with``."""
+
+    def __init__(
+        self,
+        driver: RedisJobDriver,
+        wake: Callable[[], object],
+        *,
+        queues: Collection[str] | None = None,
+    ) -> None:
+        if not callable(wake):
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"redis_wake_listener: wake {wake!r} is not callable",
+                fix="pass the worker's wake method: redis_wake_listener(driver, worker.wake)",
+            )
+        self._driver = driver
+        self._wake = wake
+        self._queues = None if queues is None else frozenset(queues)
+        self._channel = "{" + driver.prefix + "}:due"
+        self._task: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+        self.woken = 0
+        """How many times the listener called ``wake``."""
+
+    def __repr__(self) -> str:
+        return f"RedisWakeListener(channel={self._channel!r}, queues={self._queues!r})"
+
+    @property
+    def channel(self) -> str:
+        return self._channel
+
+    async def start(self, *, timeout_s: float = 5.0) -> None:
+        """Subscribe; returns once subscribed (or after ``timeout_s``, still trying)."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._listen())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._subscribed.wait(), timeout=timeout_s)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._subscribed.clear()
+
+    async def __aenter__(self) -> RedisWakeListener:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _poke(self) -> None:
+        self.woken += 1
+        self._wake()
+
+    async def _listen(self) -> None:
+        backoff = _BACKOFF_START_S
+        while True:
+            pubsub: Any = self._driver.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                self._subscribed.set()
+                backoff = _BACKOFF_START_S
+                self._poke()  # whatever was announced while we were not listening
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    if self._queues is None or text(message["data"]) in self._queues:
+                        self._poke()
+            except (RedisError, OSError) as exc:
+                self._subscribed.clear()
+                log_event(
+                    "jobs.driver.unavailable",
+                    driver="redis",
+                    channel=self._channel,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()
+
+
+def redis_wake_listener(
+    driver: RedisJobDriver,
+    wake: Callable[[], object],
+    *,
+    queues: Collection[str] | None = None,
+) -> RedisWakeListener:
+    """A listener that calls ``wake`` when a job of ``queues`` becomes due on ``driver``; see
+    :class:`RedisWakeListener`."""
+    if not isinstance(driver, RedisJobDriver):
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"redis_wake_listener: {driver!r} is not a Redis job driver",
+            fix="pass the driver redis_job_driver(...) made",
+        )
+    return RedisWakeListener(driver, wake, queues=queues)
