@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
+import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,3 +119,28 @@ def git_state() -> str:
     if digest.hexdigest() == hashlib.sha256(b"").hexdigest():
         return head
     return f"{head} + uncommitted changes (digest {digest.hexdigest()[:8]})"
+
+
+def snapshot_ours(dest_root: Path) -> tuple[list[Path], str]:
+    """Export the COMMITTED sources of ours (``git archive HEAD``) into ``dest_root/<commit>``
+    and answer the folders to put first on the import path, and the commit. Others commit to
+    this work tree while a run goes on; a snapshot keeps one run on one version."""
+    root = Path(__file__).resolve().parents[2]
+    head = _git(root, "rev-parse", "HEAD").strip()
+    dest = dest_root / head[:12]
+    if not (dest / ".complete").exists():
+        tmp = dest_root / f"{head[:12]}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", head, "--", *SOURCES],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        (tmp / ".complete").touch()
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    return [dest / src for src in SOURCES], head[:7]

@@ -135,6 +135,7 @@ async def child_drain(system: System, dsn: str, jobs: int, timeout_s: float) -> 
             "statements": statements,
             "own_commits": polls,
             "cpu_ms_per_job": cpu * 1000 / jobs,
+            "ours_from": getattr(sys.modules.get("ultimat3.jobs"), "__file__", None),
         }
     )
 
@@ -261,6 +262,8 @@ async def measure_drain(
         await child.finish()
     after = await xact_commits(admin_dsn, db)
     commits = after - before - int(result["own_commits"])
+    if result.get("ours_from"):
+        print(f"    (the worker ran ultimat3.jobs from {result['ours_from']})", flush=True)
     statements = result["statements"]
     if use_pgss:
         statements = await pgss_calls(dsn, db, reset=False)

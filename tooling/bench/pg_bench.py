@@ -37,7 +37,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_db import admin_exec, db_name, drop_db, fresh_db, git_state, pgss_available
+from bench_db import (
+    admin_exec,
+    db_name,
+    drop_db,
+    fresh_db,
+    git_state,
+    pgss_available,
+    snapshot_ours,
+)
 from bench_measure import (
     child_drain,
     child_latency,
@@ -49,6 +57,7 @@ from bench_measure import (
 from bench_systems import SYSTEMS, System
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+SNAPSHOTS = Path(__file__).resolve().parents[2] / ".x" / "bench-snapshot"
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,8 @@ class Results:
     samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
+    max_load: float | None = None
+    load_wait_s: float = 0.0
 
     def add(self, system: str, key: str, value: float | None) -> None:
         if value is not None:
@@ -88,9 +99,21 @@ class Results:
         return statistics.median(got) if got else None
 
 
+async def wait_quiet(max_load: float | None, budget_s: float) -> None:
+    """Wait (at most ``budget_s``) until the 1-min load average is below ``max_load``: the
+    machine may be shared, and a busy neighbour is noise in every figure."""
+    if max_load is None:
+        return
+    for _ in range(max(0, int(budget_s // 2))):
+        if os.getloadavg()[0] < max_load:
+            return
+        await asyncio.sleep(2)
+
+
 async def guarded(
     results: Results, label: str, fn: Callable[[], Awaitable[dict[str, Any]]]
 ) -> dict[str, Any]:
+    await wait_quiet(results.max_load, results.load_wait_s)
     t0 = time.perf_counter()
     load = os.getloadavg()[0]
     results.loads.append(load)
@@ -146,7 +169,7 @@ async def parent_main(args: argparse.Namespace) -> int:
         return 2
     admin = args.dsn
     started = time.perf_counter()
-    results = Results()
+    results = Results(max_load=args.max_load, load_wait_s=args.load_wait)
     probe = await fresh_db(admin, "bench_probe")
     use_pgss = await pgss_available(probe)
     await drop_db(admin, "bench_probe")
@@ -156,7 +179,10 @@ async def parent_main(args: argparse.Namespace) -> int:
     print(f"server: {info[0][0]}; fsync={info[0][1]}; synchronous_commit={info[0][2]}")
     print(f"cpus: {os.cpu_count()}; python: {sys.version.split()[0]}; event loop: asyncio")
     trees = [git_state()]
-    print(f"ultimat3 tree: {trees[0]}")
+    if args.live:
+        print(f"ultimat3 under test: the live work tree, {trees[0]} (--live)")
+    else:
+        print(f"ultimat3 under test: {args.pinned} (--live to follow the work tree)")
     if use_pgss:
         print("statements: pg_stat_statements")
     else:
@@ -174,7 +200,8 @@ async def parent_main(args: argparse.Namespace) -> int:
         tree = git_state()
         if tree != trees[-1]:
             trees.append(tree)
-        print(f"--- run {rep} of {args.repeat} (ultimat3 tree {tree})", flush=True)
+        where = f" (work tree {tree})" if args.live else ""
+        print(f"--- run {rep} of {args.repeat}{where}", flush=True)
         for name in systems:
             system = SYSTEMS[name]()
             db = db_name(name)
@@ -214,7 +241,7 @@ async def parent_main(args: argparse.Namespace) -> int:
         await drop_db(admin, db_name(name))
     if git_state() != trees[-1]:
         trees.append(git_state())
-    if len(trees) > 1:
+    if args.live and len(trees) > 1:
         results.notes.append(
             "ours CHANGED during this run (the editable install follows the work tree): "
             + " -> ".join(trees)
@@ -256,6 +283,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("DATABASE_URL", DEFAULT_DSN),
         help="a database on the server to use for CREATE/DROP DATABASE bench_*",
     )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="measure ours as the work tree has it now, edits included (default: a snapshot "
+        "of HEAD's packages/core and packages/jobs, so a run measures one version)",
+    )
+    p.add_argument(
+        "--max-load",
+        type=float,
+        default=None,
+        help="before each measurement, wait until the 1-min load average is below this",
+    )
+    p.add_argument(
+        "--load-wait",
+        type=float,
+        default=45.0,
+        help="the longest wait for --max-load, seconds per measurement (default 45)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--mode", choices=("drain", "latency"), help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -268,9 +313,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    if args.child:
+    if args.child:  # the parent set PYTHONPATH to the version under test
         asyncio.run(child_main(args))
         return 0
+    if not args.live:
+        paths, head = snapshot_ours(SNAPSHOTS)
+        sys.path[0:0] = [str(p) for p in paths]
+        inherited = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(p) for p in paths] + ([inherited] if inherited else [])
+        )
+        import ultimat3.jobs
+
+        where = Path(ultimat3.jobs.__file__).resolve()
+        if not where.is_relative_to(SNAPSHOTS.resolve()):
+            print(f"the snapshot did not take: ultimat3.jobs loads from {where}")
+            return 2
+        args.pinned = f"HEAD {head}, exported to {paths[-1].parents[2]}"
     return asyncio.run(parent_main(args))
 
 
