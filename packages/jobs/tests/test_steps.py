@@ -501,17 +501,6 @@ async def test_a_misused_step_is_refused_naming_the_problem(
     assert trace.last_error["fix"]
 
 
-async def test_compensation_is_not_shipped_yet_and_says_so() -> None:
-    @job(input=Key, idempotency_key=_key, compensates=True)
-    async def compensating(input: Key, step: Any, ctx: Any) -> None:
-        await step.run("charge", lambda s: 1, compensate=lambda out: None)
-
-    trace = await _h(compensating)(compensating, {})
-    assert trace.last_error is not None
-    assert trace.last_error["code"] == "X_NOT_IMPLEMENTED"
-    assert "charge" in trace.last_error["message"]
-
-
 async def test_a_wait_with_no_event_bus_names_the_fix() -> None:
     from ultimat3.core import FrozenClock, swap_adapter, use_clock
     from ultimat3.jobs import execute_job

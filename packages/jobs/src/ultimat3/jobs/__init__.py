@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 
+from ._compensation import UNWIND_MARGIN
 from ._context import JobContext, JobLog
 from ._cursor import job_cursor
 from ._declare import Job, job
@@ -28,6 +29,8 @@ from ._model import (
     MAX_TASK_FIRES,
     EnqueueResult,
 )
+from ._observe import RunEvent, RunObserver
+from ._on_settled import Settled, SettledOutcome
 from ._outcome import ExecutionSettings, RunOutcome
 from ._policy import Concurrency, Retry
 from ._relay import outbox_relay
@@ -54,6 +57,7 @@ __all__ = [
     "MAX_ENQUEUE_BATCH",
     "MAX_JOB_PAGE",
     "MAX_TASK_FIRES",
+    "UNWIND_MARGIN",
     "Concurrency",
     "EnqueueResult",
     "ExecutionSettings",
@@ -64,7 +68,11 @@ __all__ = [
     "LockGrant",
     "MemoryEventBus",
     "Retry",
+    "RunEvent",
+    "RunObserver",
     "RunOutcome",
+    "Settled",
+    "SettledOutcome",
     "Step",
     "WorkerStats",
     "execute_job",

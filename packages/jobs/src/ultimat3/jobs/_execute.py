@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import Counter
@@ -21,25 +20,27 @@ from ultimat3.core import (
     AbortController,
     Actor,
     XError,
-    backoff_delay,
     current_clock,
     format_duration,
     installed_adapter,
     log_event,
     meter,
-    retry_classification,
-    to_json_form,
     tracer,
     use_actor,
     use_signal,
     use_tenant,
 )
 
+from ._compensation import original_error, unwind, unwind_due
+from ._concurrency import SlotHold, key_busy, take_slot, unenforceable
 from ._context import JobContext, JobLog, ProgressWriter
 from ._heartbeat import Heartbeat
-from ._model import ClaimedJob, NackOutcome
-from ._outcome import ExecutionSettings, Outcome, RunOutcome
+from ._model import ClaimedJob
+from ._on_settled import SettledOutcome, notify_settled
+from ._outcome import ExecutionSettings, RunOutcome
+from ._ports import driver_leases
 from ._settler import DirectSettler
+from ._settles import Settles
 from ._steps import RunState, Step, StepSuspended, error_dict
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ async def execute_job(
     return outcome
 
 
-class _Attempt:
+class _Attempt(Settles):
     def __init__(
         self,
         claimed: ClaimedJob,
@@ -104,19 +105,20 @@ class _Attempt:
         self.state: RunState | None = None
         self.progress: ProgressWriter | None = None
         self.settler = settings.settler or DirectSettler(driver)
-
-    @property
-    def final(self) -> bool:
-        # the same comparison the runner dead-letters on
-        return self.claimed.attempt >= self.claimed.max_attempts
+        self.slot: SlotHold | None = None
+        self.value: Any = None
+        self.settled: SettledOutcome | None = None
+        self.result: Any = None
+        self.unwinding = False
+        self.original: dict[str, Any] | None = None
 
     async def execute(self) -> RunOutcome:
         claimed = self.claimed
-        if self.job is None:
+        job = self.job
+        if job is None:
             return await self._unknown_job()
-        vt = self.settings.visibility_timeout_ms
         heartbeat = Heartbeat(
-            renew=lambda: self.settler.heartbeat(claimed, visibility_timeout_ms=vt),
+            renew=self._renew,
             claimed=claimed,
             visibility_timeout_ms=self.settings.visibility_timeout_ms,
             interval_ms=self.settings.heartbeat_interval_ms,
@@ -124,11 +126,59 @@ class _Attempt:
         )
         heartbeat.start()
         try:
-            return await self._attempt(self.job)
+            outcome = await self._attempt(job)
         finally:
             await heartbeat.stop()
             if self.progress is not None:
                 self.progress.close()
+        await self._after_settle(job, outcome)
+        return outcome
+
+    async def _renew(self) -> bool:
+        """The row's lease and, with it, the run's concurrency slot."""
+        landed = await self.settler.heartbeat(
+            self.claimed, visibility_timeout_ms=self.settings.visibility_timeout_ms
+        )
+        if landed and self.slot is not None:
+            await self.slot.renew(self.claimed, self.controller.abort)
+        return landed
+
+    async def _after_settle(self, job: Job[Any, Any], outcome: RunOutcome) -> None:
+        """Once the settle LANDED: give the slot back, then tell ``on_settled`` (a settle that
+        did not land tells nobody: another claim owns the run, and its slot)."""
+        if not outcome.landed:
+            return
+        if self.slot is not None:
+            await self.slot.release(self.claimed)
+        if self.settled is not None and job.on_settled is not None:
+            completed = self.settled == "completed"
+            await notify_settled(
+                job,
+                self.claimed,
+                outcome=self.settled,
+                input=self.value,
+                result=self.result if completed else None,
+                error=None if completed else outcome.error,
+            )
+
+    async def _take_slot(self, job: Job[Any, Any], value: Any) -> RunOutcome | None:
+        """The run's concurrency slot, before its body; an outcome when it gets none."""
+        leases = driver_leases(self.driver)
+        if leases is None:
+            return await self._fail(unenforceable(job, self.driver.name).to_dict(), terminal=True)
+        try:
+            key, hold = await take_slot(
+                job, value, self.claimed, leases, ttl_ms=self.settings.visibility_timeout_ms
+            )
+        except Exception as exc:  # key(input) threw: the ordinary retry path, no body
+            return await self._fail(error_dict(exc))
+        if hold is not None:
+            self.slot = hold
+            return None
+        if job.when_busy == "fail":
+            return await self._refuse(await key_busy(job, self.claimed, key, leases))
+        # 'wait': deferred one poll, the attempt handed back uncounted, the body never ran
+        return await self._release(None, delay_ms=self.settings.busy_delay_ms)
 
     async def _attempt(self, job: Job[Any, Any]) -> RunOutcome:
         claimed = self.claimed
@@ -139,6 +189,11 @@ class _Attempt:
             # a payload that does not parse, or a row queued under another tenant, is refused
             # terminally before the body runs
             return await self._fail(error_dict(exc), terminal=True)
+        self.value = value
+        if job.concurrency is not None:
+            refused = await self._take_slot(job, value)
+            if refused is not None:
+                return refused
         signal = self.controller.signal
         stored = await self.driver.steps.load(claimed.id)
         self.state = state = RunState(
@@ -150,6 +205,7 @@ class _Attempt:
             monotonic=self.monotonic,
             claim_mono=self.claim_mono,
             event_bus=self.settings.event_bus or _installed_bus(),
+            observer=self.settings.observer,
         )
         self.progress = ProgressWriter(
             driver=self.driver,
@@ -174,8 +230,19 @@ class _Attempt:
             progress=self.progress,
         )
 
+        self.unwinding = unwind_due(job, claimed, stored)
+        if self.unwinding:
+            self.original = original_error(claimed, stored)
+        await state.notice("start")
+
         async def body() -> Any:
             with use_signal(signal), use_actor(actor), use_tenant(claimed.tenant_id):
+                if self.unwinding:
+                    assert self.original is not None
+                    # replay only to re-register the compensators, then undo
+                    return await unwind(
+                        state, lambda: job.run(value, Step(state), ctx), self.original
+                    )
                 return await job.run(value, Step(state), ctx)
 
         task: asyncio.Task[Any] = asyncio.ensure_future(body())
@@ -215,6 +282,8 @@ class _Attempt:
             return await self._fail(error_dict(XError("X_ABORTED", "the body was cancelled")))
         exc = task.exception()
         if exc is None:
+            if self.unwinding:
+                return await self._settle_unwind(task.result())
             if state.suspension is not None:  # a body that swallowed its suspension
                 return await self._suspend()
             return await self._complete(task.result())
@@ -224,6 +293,8 @@ class _Attempt:
             # the verdict is read off the signal, not off whatever the body threw
             if reason.code == "X_DRAINING":
                 return await self._release(reason)
+            if reason.code == "X_JOB_SLOT_LOST":
+                return await self._release(reason, delay_ms=self.settings.busy_delay_ms)
             if reason.code == "X_JOB_LEASE_LOST":
                 return self._outcome("lost", landed=False, error=reason.to_dict())
             return await self._fail(error_dict(reason))
@@ -255,6 +326,12 @@ class _Attempt:
             if not await self._stop(task):
                 self._abandoned(task, reason, "still running after its lease was lost")
             return self._outcome("lost", landed=False, error=reason.to_dict())
+        if reason.code == "X_JOB_SLOT_LOST":
+            # stop the body FIRST: handing the run back while it runs would break the cap
+            if not await self._stop(task):
+                self._abandoned(task, reason, "still running after its slot was lost")
+                return self._outcome("abandoned", landed=False, error=reason.to_dict())
+            return await self._release(reason, delay_ms=self.settings.busy_delay_ms)
         # X_JOB_TIMEOUT (or any other abort): fail the attempt first, then cancel the body
         outcome = await self._fail(error_dict(reason))
         if not await self._stop(task):
@@ -282,145 +359,6 @@ class _Attempt:
         if not task.done():
             task.add_done_callback(_swallow)
 
-    # --- settles -----------------------------------------------------------------------------
-
-    async def _complete(self, result: Any) -> RunOutcome:
-        claimed = self.claimed
-        try:
-            stored = to_json_form(result)
-        except XError as exc:
-            return await self._fail(error_dict(exc), terminal=True)
-        await self._flush_progress()
-        landed = await self.settler.ack(
-            claimed, result=stored, duration_ms=int((time.monotonic() - self.started) * 1000)
-        )
-        if landed:
-            # a finished attempt is not a cancelled one: ctx.signal stays live, steps refuse
-            if self.state is not None:
-                self.state.ended = True
-        else:
-            self._unowned("ack")
-            self.controller.abort(XError("X_ABORTED", "the attempt's ack did not land"))
-        return self._outcome("done", landed=landed)
-
-    async def _suspend(self) -> RunOutcome:
-        state = self.state
-        assert state is not None and state.suspension is not None
-        claimed = self.claimed
-        await self._flush_progress()
-        landed = await self.driver.nack(
-            claimed.id,
-            worker_id=claimed.worker_id,
-            claim=claimed.claim,
-            outcome="suspend",
-            run_at_ms=state.suspension.run_at_ms,
-            wait_event=state.suspension.wait_event,
-        )
-        if not landed:
-            self._unowned("suspend")
-        self._end(XError("X_ABORTED", "the attempt suspended"))
-        return self._outcome("suspend", landed=landed)
-
-    async def _release(self, reason: XError) -> RunOutcome:
-        claimed = self.claimed
-        await self._flush_progress()
-        landed = await self.driver.nack(
-            claimed.id,
-            worker_id=claimed.worker_id,
-            claim=claimed.claim,
-            outcome="release",
-            error=reason.to_dict(),
-        )
-        if not landed:
-            self._unowned("release")
-        self._end(reason)
-        return self._outcome("release", landed=landed, error=reason.to_dict())
-
-    async def _fail(self, error: dict[str, Any], *, terminal: bool = False) -> RunOutcome:
-        claimed = self.claimed
-        job = self.job
-        code = error.get("code")
-        cls = "terminal" if terminal else retry_classification(code)
-        dead_letter = job.retry.dead_letter if job is not None else True
-        await self._flush_progress()
-        outcome: NackOutcome
-        delay_ms: int | None = None
-        if cls == "terminal" or self.final:
-            outcome = "dead" if dead_letter else "failed"
-            meta = dict(error.get("meta") or {})
-            meta["attempts"] = claimed.attempt
-            if cls == "terminal" and not self.final:
-                meta["not_retried"] = f"{code} is classified terminal"
-                error = {
-                    **error,
-                    "message": f"{error.get('message')} — not retried: this code is classified "
-                    "terminal",
-                }
-            error = {**error, "meta": meta}
-        else:
-            outcome = "retry"
-            delay_ms = self._retry_delay(error)
-        landed = await self.driver.nack(
-            claimed.id,
-            worker_id=claimed.worker_id,
-            claim=claimed.claim,
-            outcome=outcome,
-            error=error,
-            delay_ms=delay_ms,
-        )
-        if not landed:
-            self._unowned(outcome)
-        self._end(XError("X_ABORTED", f"the attempt failed ({code})"))
-        return self._outcome(outcome, landed=landed, error=error, delay_ms=delay_ms)
-
-    def _retry_delay(self, error: Mapping[str, Any]) -> int:
-        job = self.job
-        retry = job.retry if job is not None else None
-        max_delay = retry.max_delay_ms if retry is not None else 3_600_000
-        code = error.get("code")
-        meta = error.get("meta") or {}
-        seconds = meta.get("retry_after_seconds") if isinstance(meta, Mapping) else None
-        if (
-            retry_classification(code) == "retry-after"
-            and isinstance(seconds, int | float)
-            and not isinstance(seconds, bool)
-            and seconds == seconds  # NaN is no delay
-        ):
-            return min(max(0, int(seconds * 1000)), max_delay)
-        if retry is None:
-            return backoff_delay(self.claimed.attempt, rng=self.settings.rng)
-        return backoff_delay(
-            self.claimed.attempt,
-            base=retry.delay_ms,
-            max_delay=max_delay,
-            curve=retry.backoff,
-            jitter=retry.jitter,
-            rng=self.settings.rng,
-        )
-
-    async def _unknown_job(self) -> RunOutcome:
-        claimed = self.claimed
-        error = XError(
-            "X_JOB_DECLARATION_INVALID",
-            f"no job named {claimed.name!r} is registered on worker {claimed.worker_id!r}",
-            fix=f"pass the job to job_worker(jobs=[...]) on every worker serving queue "
-            f"{claimed.queue!r}",
-            meta={"job": claimed.name, "queue": claimed.queue},
-        ).to_dict()
-        # not terminal: during a rolling deploy another worker may know the job
-        if self.final:
-            return await self._fail(error, terminal=True)
-        delay = backoff_delay(claimed.attempt, rng=self.settings.rng)
-        landed = await self.driver.nack(
-            claimed.id,
-            worker_id=claimed.worker_id,
-            claim=claimed.claim,
-            outcome="retry",
-            error=error,
-            delay_ms=delay,
-        )
-        return self._outcome("retry", landed=landed, error=error, delay_ms=delay)
-
     # --- helpers -----------------------------------------------------------------------------
 
     def _check_tenant(self, job: Job[Any, Any], value: Any) -> None:
@@ -432,35 +370,6 @@ class _Attempt:
                 f"the row was queued for {self.claimed.tenant_id!r}; refused before the body",
                 meta={"job_id": self.claimed.id, "tenant": declared},
             )
-
-    async def _flush_progress(self) -> None:
-        if self.progress is not None:
-            await self.progress.flush()
-
-    def _end(self, reason: XError) -> None:
-        if self.state is not None:
-            self.state.ended = True
-        self.controller.abort(reason)
-
-    def _unowned(self, what: str) -> None:
-        log_event(
-            "jobs.settle.unowned",
-            job_id=self.claimed.id,
-            job=self.claimed.name,
-            worker_id=self.claimed.worker_id,
-            settle=what,
-        )
-
-    def _outcome(
-        self,
-        outcome: Outcome,
-        *,
-        landed: bool,
-        error: Mapping[str, Any] | None = None,
-        delay_ms: int | None = None,
-    ) -> RunOutcome:
-        c = self.claimed
-        return RunOutcome(c.id, c.name, c.queue, c.attempt, outcome, landed, error, delay_ms)
 
 
 def _installed_bus() -> EventBus | None:

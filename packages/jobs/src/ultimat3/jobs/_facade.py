@@ -33,6 +33,7 @@ from ultimat3.core import (
     to_epoch_ms,
 )
 
+from ._compensation import attempts_for
 from ._model import MAX_ENQUEUE_BATCH, EnqueueRequest, EnqueueResult
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def _request(
         queue=job.queue,
         payload=job.payload_of(parsed),
         idempotency_key=key,
-        max_attempts=job.retry.attempts,
+        max_attempts=attempts_for(job),  # retry.attempts, plus the unwind's margin
         tenant_id=tenant,
         concurrency_key=concurrency_key,
         delay_ms=delay_ms,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from ._observe import RunObserver
     from ._ports import EventBus
     from ._settler import Settler
 
@@ -15,6 +16,8 @@ Outcome = Literal["done", "retry", "dead", "failed", "suspend", "release", "lost
 
 DEFAULT_DRAIN_TIMEOUT_MS = 25_000
 DEFAULT_ABANDON_GRACE_MS = 1_000
+DEFAULT_BUSY_DELAY_MS = 250
+"""How long a run over a ``'wait'`` concurrency cap is handed back for: one poll."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,11 @@ class ExecutionSettings:
     settler: Settler | None = None
     """How acks and renewals reach the driver (the worker batches them over ``BatchSettler``);
     default: one driver call each."""
+    busy_delay_ms: int = DEFAULT_BUSY_DELAY_MS
+    """A run over a ``'wait'`` cap (or whose slot was lost) is handed back, uncounted, due this
+    much later: the worker passes its ``poll_interval_ms``."""
+    observer: RunObserver | None = None
+    """Told about the run as it goes (``crash_proof`` and ``simulate_jobs``); ``None`` in apps."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 from pydantic import TypeAdapter, ValidationError
 
 from ultimat3.core import (
+    DeadlineSignal,
     Duration,
     JsonValue,
     Signal,
@@ -30,6 +31,7 @@ from ultimat3.core import (
 )
 
 from ._model import ClaimedJob, StepRecord
+from ._observe import RunEvent, RunEventKind, RunObserver
 
 if TYPE_CHECKING:
     from ._declare import Job
@@ -51,6 +53,22 @@ StepFn = Callable[[Signal], Awaitable[T]] | Callable[[Signal], T]
 class StepSuspended(BaseException):
     """Raised by ``sleep`` / ``wait_for_event`` to hand the attempt back; the worker catches it.
     A ``BaseException`` so a body's ``except Exception`` cannot swallow the suspension."""
+
+
+class ReplayStop(BaseException):
+    """Raised in an unwinding attempt at the first step with no stored outcome: the replay has
+    re-registered every compensator it can, and the body goes no further."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compensator:
+    """A completed step's undo, registered as the body passes the step (run or replayed)."""
+
+    name: str
+    fn: Callable[..., Any]
+    output: Any
+    unknown: bool = False
+    """A once-step whose outcome is unknown: the unwind stops there."""
 
 
 @dataclass(slots=True)
@@ -77,6 +95,30 @@ class RunState:
     suspension: Suspension | None = None
     failed_step: str | None = None
     """The step whose ``fn`` raised last, so the row's error can name it."""
+    observer: RunObserver | None = None
+    compensators: list[Compensator] = field(default_factory=list)
+    """Registered in the order the steps completed; the unwind runs them last-in first-out."""
+    replaying: bool = False
+    """An unwinding attempt: steps answer stored outputs and never call ``fn``."""
+    unwind_step: str | None = None
+    """The ``compensate:<name>`` step the unwind is in (or ``unwinding`` while it replays)."""
+
+    async def notice(
+        self,
+        kind: RunEventKind,
+        name: str | None = None,
+        state: str | None = None,
+        *,
+        once: bool = False,
+    ) -> None:
+        if self.observer is not None:
+            await self.observer.observe(RunEvent(kind, self.claimed, name, state, once))
+
+    def register(
+        self, name: str, fn: Callable[..., Any] | None, output: Any, *, unknown: bool = False
+    ) -> None:
+        if fn is not None:
+            self.compensators.append(Compensator(name, fn, output, unknown))
 
     def now_ms(self) -> int:
         """The driver's clock at the claim plus the time elapsed since, on the worker's monotonic
@@ -114,7 +156,9 @@ class RunState:
             )
         self.used.add(name)
 
-    async def record(self, name: str, state: str, *, output: Any = None, error: Any = None) -> None:
+    async def record(
+        self, name: str, state: str, *, output: Any = None, error: Any = None, once: bool = False
+    ) -> None:
         landed = await self.driver.steps.record(
             self.claimed.id,
             name,
@@ -131,6 +175,7 @@ class RunState:
                 "holds the run",
                 meta={"job_id": self.claimed.id, "step": name},
             )
+        await self.notice("record", name, state, once=once)
 
     def suspend(self, run_at_ms: int, wait_event: str | None = None) -> StepSuspended:
         self.suspension = Suspension(run_at_ms, wait_event)
@@ -229,11 +274,13 @@ class Step:
                 fix=f"job(..., compensates=True) on {job.name!r}, or drop compensate=",
                 meta={"job": job.name, "causes": ["compensate without compensates=True"]},
             )
-        if compensate is not None:
+        if compensate is not None and not callable(compensate):
             raise XError(
-                "X_NOT_IMPLEMENTED",
-                f"step {name!r}: compensation is not implemented yet",
-                fix="drop compensate= for now",
+                "X_JOB_DECLARATION_INVALID",
+                f"job {job.name!r}: step {name!r}: compensate is a {type(compensate).__name__}, "
+                "not a callable",
+                fix="compensate=lambda output, signal: undo(output)",
+                meta={"job": job.name, "causes": ["compensate is not callable"]},
             )
         if not callable(fn):
             raise XError(
@@ -242,10 +289,16 @@ class Step:
                 fix="step.run('name', lambda signal: work())",
             )
         state.claim_name(name, "step")
+        await state.notice("step", name)
         stored = state.stored.get(name)
         if stored is not None and stored.state == "completed":
+            state.register(name, compensate, stored.output)
             return stored.output  # type: ignore[no-any-return]
         if once and stored is not None:
+            # the unwind cannot know whether to undo it: it stops there
+            state.register(name, compensate, None, unknown=True)
+            if state.replaying:
+                raise ReplayStop(name)
             raise XError(
                 "X_STEP_OUTCOME_UNKNOWN",
                 f"once-step {name!r} of job {job.name!r} started (state {stored.state!r}) but "
@@ -254,32 +307,26 @@ class Step:
                 f"--not-ran, then x jobs retry {state.claimed.id}",
                 meta={"job_id": state.claimed.id, "step": name},
             )
+        if state.replaying:
+            raise ReplayStop(name)  # the first step with no stored outcome: the replay ends
         with tracer().start_as_current_span(
             f"step {name}",
             attributes={"ultimat3.job": job.name, "ultimat3.job_id": state.claimed.id},
         ):
             if once:
-                await state.record(name, "started")
-            return await self._execute(name, fn)
+                await state.record(name, "started", once=True)
+            output = await self._execute(name, fn)
+        state.register(name, compensate, output)
+        return output
 
     async def _execute(self, name: str, fn: Callable[[Signal], Any]) -> JsonValue:
         state = self._state
-        job = state.job
-        ceiling = None
-        if job.step_timeout_ms is not None:
-            ceiling = deadline_signal(
-                job.step_timeout_ms,
-                reason=XError(
-                    "X_JOB_TIMEOUT",
-                    f"step {name!r} of job {job.name!r} passed its step_timeout of "
-                    f"{format_duration(job.step_timeout_ms)}",
-                    fix="raise job(step_timeout=...) or split the step",
-                    meta={"job": job.name, "step": name},
-                ),
-            )
+        ceiling = step_ceiling(state, name)
         signal = any_signal(state.signal, ceiling) if ceiling is not None else state.signal
         try:
+            await state.notice("call", name)
             result = await _race(fn, signal, ceiling)
+            await state.notice("return", name)
         except BaseException as exc:
             if ceiling is not None:
                 ceiling.cancel()
@@ -314,9 +361,14 @@ class Step:
         state.claim_name(name, "sleep")
         stored = state.stored.get(name)
         now = state.now_ms()
+        await state.notice("step", name)
         if stored is not None and stored.state == "completed" and isinstance(stored.output, dict):
+            if state.replaying:
+                return
             wake_at = int(stored.output["wake_at_ms"])
         else:
+            if state.replaying:
+                raise ReplayStop(name)
             wake_at = now + ms
             await state.record(name, "completed", output={"wake_at_ms": wake_at})
         if now >= wake_at:
@@ -381,11 +433,14 @@ class Step:
         timeout_ms = None if timeout is None else parse_duration(timeout, name="timeout")
         adapter: TypeAdapter[Any] = TypeAdapter(schema)
         state.claim_name(name, "wait_for_event")
+        await state.notice("step", name)
         stored = state.stored.get(name)
         if stored is not None and stored.state == "completed":
             if stored.output is None:
                 return None
             return _parse_event(state, adapter, name, event, stored.output)
+        if state.replaying:
+            raise ReplayStop(name)
         bus = state.event_bus
         if bus is None:
             from .adapter import EVENT_BUS
@@ -422,6 +477,23 @@ class Step:
         if timeout_at is not None:
             wake = min(wake, int(timeout_at))
         raise state.suspend(wake, wait_event=event)
+
+
+def step_ceiling(state: RunState, name: str) -> DeadlineSignal | None:
+    """The job's ``step_timeout`` as a signal for one step (or compensator) named ``name``."""
+    job = state.job
+    if job.step_timeout_ms is None:
+        return None
+    return deadline_signal(
+        job.step_timeout_ms,
+        reason=XError(
+            "X_JOB_TIMEOUT",
+            f"step {name!r} of job {job.name!r} passed its step_timeout of "
+            f"{format_duration(job.step_timeout_ms)}",
+            fix="raise job(step_timeout=...) or split the step",
+            meta={"job": job.name, "step": name},
+        ),
+    )
 
 
 def _parse_event(

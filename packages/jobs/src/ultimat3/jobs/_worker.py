@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ultimat3.core import AbortController, XError, adapter, log_event
 
 from ._execute import execute_job
+from ._gauges import unwatch_worker, watch_worker
 from ._model import ClaimedJob
 from ._outcome import (
     DEFAULT_ABANDON_GRACE_MS,
@@ -159,6 +160,7 @@ def job_worker(
         rng=rng,
         app=app,
         event_bus=event_bus,
+        busy_delay_ms=poll_interval_ms,
     )
     return JobWorker(
         jobs=registry,
@@ -240,7 +242,9 @@ class JobWorker:
             raise XError(
                 "X_JOB_CONCURRENCY_UNENFORCEABLE",
                 f"the driver {driver.name!r} has no lease store, and these jobs declare "
-                f"concurrency: {', '.join(capped)}",
+                f"concurrency: {', '.join(capped)} — a cap it cannot hold across the fleet",
+                fix="use a driver with a LeaseStore (postgres_job_driver(), memory_job_driver()) "
+                f"or drop concurrency from {', '.join(capped)}",
                 meta={"jobs": capped, "driver": driver.name},
             )
 
@@ -255,6 +259,7 @@ class JobWorker:
         self._drain_task = None
         self._wake = asyncio.Event()  # bound to this start's event loop
         await self._register()
+        watch_worker(self)
         self._loop_task = asyncio.ensure_future(self._loop())
         if self._handle_signals:
             self._install_sigterm()
@@ -437,6 +442,7 @@ class JobWorker:
             await loop_task
         await self.wait_idle()
         self._loop_task = None
+        unwatch_worker(self)
         self._remove_sigterm()
         await self._deregister()
 
