@@ -36,6 +36,7 @@ from ._concurrency import SlotHold, key_busy, take_slot, unenforceable
 from ._context import JobContext, JobLog, ProgressWriter
 from ._heartbeat import Heartbeat
 from ._model import ClaimedJob
+from ._observe import RunEvent
 from ._on_settled import SettledOutcome, notify_settled
 from ._outcome import ExecutionSettings, RunOutcome
 from ._ports import driver_leases
@@ -124,7 +125,9 @@ class _Attempt(Settles):
             interval_ms=self.settings.heartbeat_interval_ms,
             on_lost=self.controller.abort,
         )
-        heartbeat.start()
+        observer = self.settings.observer
+        if observer is None or not observer.drives_heartbeat:
+            heartbeat.start()
         try:
             outcome = await self._attempt(job)
         finally:
@@ -233,7 +236,8 @@ class _Attempt(Settles):
         self.unwinding = unwind_due(job, claimed, stored)
         if self.unwinding:
             self.original = original_error(claimed, stored)
-        await state.notice("start")
+        if self.settings.observer is not None:
+            await self.settings.observer.observe(RunEvent("start", claimed, renew=self._renew))
 
         async def body() -> Any:
             with use_signal(signal), use_actor(actor), use_tenant(claimed.tenant_id):

@@ -8,8 +8,9 @@ one; ``ExecutionSettings(observer=None)`` (the default) costs one ``is None`` pe
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ._model import ClaimedJob
 
@@ -32,11 +33,19 @@ class RunEvent:
     name: str | None = None
     state: str | None = None
     once: bool = False
+    renew: Callable[[], Awaitable[bool]] | None = None
+    """On ``start``: the run's heartbeat (its row lease and its concurrency slot), for an
+    observer that ``drives_heartbeat``. ``False`` when the row's lease was refused; a refused
+    slot aborts the run's signal with ``X_JOB_SLOT_LOST`` by itself."""
 
 
 class RunObserver:
     """Subclass and override ``observe``; it is awaited in the run's own task, so an observer
     that does not return holds the run right there (a crash or a scheduler's gate)."""
+
+    drives_heartbeat: ClassVar[bool] = False
+    """True: the run starts no heartbeat of its own; the observer renews through
+    ``RunEvent.renew`` (a simulation whose clock only moves when it says so)."""
 
     async def observe(self, event: RunEvent) -> None:
         return None

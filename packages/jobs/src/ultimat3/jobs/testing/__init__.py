@@ -1,5 +1,7 @@
 """Test doubles and proofs that ship with ultimat3-jobs: the job harness (memory driver + frozen
-clock), the driver conformance suite and hypothesis strategies for the port's values.
+clock), ``crash_proof`` (a crash at every step boundary) and ``simulate_jobs`` (seeded
+interleavings of many workers), the driver conformance suite and hypothesis strategies for the
+port's values.
 
 The harness needs nothing beyond ultimat3-jobs. ``JobDriverConformance`` needs pytest and the
 strategies need hypothesis (``pip install "ultimat3-jobs[testing]"``): both are imported only when
@@ -11,7 +13,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._crash import CrashReport, crash_proof
 from ._harness import JobHarness, JobTrace, job_harness
+from ._simulate import SimRun, SimState, SimulationReport, simulate_jobs
 
 if TYPE_CHECKING:
     from ._conformance import JobDriverConformance
@@ -49,9 +53,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CrashReport",
     "JobDriverConformance",
     "JobHarness",
     "JobTrace",
+    "SimRun",
+    "SimState",
+    "SimulationReport",
+    "crash_proof",
     "enqueue_batches",
     "enqueue_requests",
     "idempotency_keys",
@@ -60,5 +69,6 @@ __all__ = [
     "job_names",
     "json_values",
     "queue_names",
+    "simulate_jobs",
     "tenant_ids",
 ]
