@@ -1,5 +1,6 @@
-"""The script runner: calls made together share one round trip yet each stays its own atomic
-script with its own answer or refusal; a server that forgot the scripts gets them again."""
+"""The script runner: a lone call goes at once; calls made while one is on its way share the
+next round trip, yet each stays its own atomic script with its own answer or refusal; a caller
+cancelled mid-batch takes nobody else down; a server that forgot the scripts gets them again."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 Req = Callable[..., EnqueueRequest]
 
 
-async def test_calls_made_together_go_in_one_round_trip_each_answered_on_its_own(
+async def test_calls_made_together_share_one_round_trip_each_answered_on_its_own(
     driver: RedisJobDriver, req: Req, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await driver.enqueue_many([req() for _ in range(30)])
@@ -41,7 +42,7 @@ async def test_calls_made_together_go_in_one_round_trip_each_answered_on_its_own
     assert answers[:20] == [True] * 20
     assert answers[20:30] == [False] * 10
     assert answers[30] == {}
-    assert sent[0] == 31
+    assert sent[:2] == [1, 30]  # the first went at once, the rest gathered behind it
     assert (await driver.stats())[0].done == 20
 
 
@@ -74,3 +75,16 @@ async def test_a_server_that_forgot_the_scripts_gets_them_again(
         assert together[-1][0].ready == 7
     finally:
         await driver.close()
+
+
+async def test_a_cancelled_caller_takes_no_other_call_down(
+    driver: RedisJobDriver, req: Req
+) -> None:
+    results = await driver.enqueue_many([req() for _ in range(10)])
+    shows = [asyncio.ensure_future(driver.introspect.show(r.id)) for r in results]
+    await asyncio.sleep(0)  # the first is on its way, the other nine gathered behind it
+    shows[4].cancel()
+    answers = await asyncio.gather(*shows, return_exceptions=True)
+    assert isinstance(answers[4], asyncio.CancelledError)
+    kept = answers[:4] + answers[5:]
+    assert [row.id for row in kept] == [r.id for r in results[:4] + results[5:]]  # type: ignore[union-attr]

@@ -40,9 +40,13 @@ def thaw(value: object) -> Any:
     return None if value is None else json.loads(text(value))
 
 
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""JSON text without spaces or escapes beyond JSON's own (one encoder, made once)."""
+
+
 def live_key(name: str, tenant_id: str | None, idempotency_key: str) -> str:
     """The live key as one string: ``None`` and ``""`` tenants stay distinct."""
-    return json.dumps([name, tenant_id, idempotency_key], separators=(",", ":"))
+    return compact_json([name, tenant_id, idempotency_key])
 
 
 def pairs(flat: Sequence[Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from ultimat3.jobs._model import (
 )
 
 from ._backfills import RedisBackfillLedger
-from ._codec import freeze, live_key, maybe_text, opt, pairs, step_records, text
+from ._codec import compact_json, freeze, live_key, maybe_text, opt, pairs, step_records, text
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
 from ._scripts import Arg, ScriptRunner
@@ -47,9 +47,6 @@ DEFAULT_COMMAND_TIMEOUT_S: Final = 10.0
 _PURGE_BATCH: Final = 1000
 _STATE_FIELDS: Final = ("ready", "delayed", "running", "suspended", "done", "failed", "dead",
                         "cancelled")  # fmt: skip
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _positive(value: object, what: str) -> int:
@@ -221,7 +218,7 @@ class RedisJobDriver:
             req.run_at_ms,
             live_key(req.name, req.tenant_id, req.idempotency_key),
         ]
-        return [_dumps(fields), payload]
+        return [compact_json(fields), payload]
 
     @staticmethod
     def _results(reply: Sequence[Any]) -> list[EnqueueResult]:

@@ -117,9 +117,12 @@ class ScriptRunner:
     """The client, the key prefix and the registered scripts; every call is one ``EVALSHA``
     (one script run) and every Redis failure leaves as an ``XError``.
 
-    Calls made in the same turn of the event loop (the acks and step reads of a worker's runs
-    ending together, say) are sent in one pipeline: one round trip for all of them, each still
-    its own atomic script, each answered (or refused) on its own. A lone call is sent alone.
+    A call made while nothing else is on its way goes out at once, alone. Calls made while one
+    is on its way (the acks and step reads of a worker's runs ending together, say) wait for it
+    and then go together in one pipeline: one round trip for all of them, each still its own
+    atomic script, each answered (or refused) on its own. A caller that stops waiting (it was
+    cancelled) never takes the others' calls down with it: a gathered batch is sent by a task of
+    its own.
     """
 
     def __init__(self, client: Redis, prefix: str) -> None:
@@ -130,6 +133,7 @@ class ScriptRunner:
             name: client.register_script(text) for name, text in self._texts.items()
         }
         self._pending: list[_Call] = []
+        self._busy = False
         kwargs = client.connection_pool.connection_kwargs
         self.where = (
             str(kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}")
@@ -137,23 +141,35 @@ class ScriptRunner:
         )
 
     async def run(self, name: str, *args: Arg, op: str | None = None) -> Any:
-        loop = asyncio.get_running_loop()
-        call = _Call(name, args, op or name, loop.create_future())
-        self._pending.append(call)
-        if len(self._pending) == 1:
-            loop.call_soon(self._flush)
-        return await call.answer
+        what = op or name
+        if self._busy:
+            call = _Call(name, args, what, asyncio.get_running_loop().create_future())
+            self._pending.append(call)
+            return await call.answer
+        self._busy = True
+        try:
+            (reply,) = await self._evalsha([(name, args)])
+        except RedisError as exc:
+            raise self._wrap(exc, what) from exc
+        finally:
+            self._next()
+        if isinstance(reply, RedisError):
+            raise self._wrap(reply, what) from reply
+        return reply
 
-    def _flush(self) -> None:
+    def _next(self) -> None:
+        """The call (or batch) on its way has its answer: send what gathered meanwhile."""
         batch, self._pending = self._pending, []
-        if batch:
-            task = asyncio.ensure_future(self._send(batch))
-            _inflight.add(task)
-            task.add_done_callback(_inflight.discard)
+        if not batch:
+            self._busy = False
+            return
+        task = asyncio.ensure_future(self._send(batch))
+        _inflight.add(task)
+        task.add_done_callback(_inflight.discard)
 
     async def _send(self, batch: list[_Call]) -> None:
         try:
-            replies = await self._evalsha(batch)
+            replies = await self._evalsha([(call.name, call.args) for call in batch])
         except BaseException as exc:
             for call in batch:
                 if not call.answer.done():
@@ -165,6 +181,8 @@ class ScriptRunner:
             if not isinstance(exc, Exception):
                 raise
             return
+        finally:
+            self._next()
         for call, reply in zip(batch, replies, strict=True):
             if call.answer.done():
                 continue
@@ -175,14 +193,14 @@ class ScriptRunner:
             else:
                 call.answer.set_result(reply)
 
-    async def _evalsha(self, batch: list[_Call]) -> list[Any]:
+    async def _evalsha(self, batch: list[tuple[str, tuple[Arg, ...]]]) -> list[Any]:
         """Every call's reply (or its ``RedisError``), in order; a script the server forgot (it
         restarted) is loaded and the calls it refused are run again."""
         replies = await self._pipeline(batch)
         missed = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if missed:
             async with self.client.pipeline(transaction=False) as pipe:
-                for name in sorted({batch[i].name for i in missed}):
+                for name in sorted({batch[i][0] for i in missed}):
                     pipe.script_load(self._texts[name])
                 await pipe.execute()
             again = await self._pipeline([batch[i] for i in missed])
@@ -190,20 +208,16 @@ class ScriptRunner:
                 replies[i] = reply
         return replies
 
-    async def _pipeline(self, batch: list[_Call]) -> list[Any]:
+    async def _pipeline(self, batch: list[tuple[str, tuple[Arg, ...]]]) -> list[Any]:
         if len(batch) == 1:
-            call = batch[0]
+            name, args = batch[0]
             try:
-                return [
-                    await self.client.evalsha(
-                        self._scripts[call.name].sha, 1, self.base, *call.args
-                    )
-                ]
+                return [await self.client.evalsha(self._scripts[name].sha, 1, self.base, *args)]
             except ResponseError as exc:
                 return [exc]
         async with self.client.pipeline(transaction=False) as pipe:
-            for call in batch:
-                pipe.evalsha(self._scripts[call.name].sha, 1, self.base, *call.args)
+            for name, args in batch:
+                pipe.evalsha(self._scripts[name].sha, 1, self.base, *args)
             return list(await pipe.execute(raise_on_error=False))
 
     async def run_many(self, name: str, batches: Sequence[Sequence[Arg]], *, op: str) -> list[Any]:
