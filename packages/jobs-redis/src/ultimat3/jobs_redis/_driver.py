@@ -431,7 +431,8 @@ class RedisJobDriver:
         """Closes the client when the driver made it (from a URL); a client you passed in is
         yours to close."""
         if self._owns_client:
-            await self._client.aclose()
+            closer: Any = getattr(self._client, "aclose", None) or self._client.close  # redis 5.0.0
+            await closer()
 
     # --- workers, task fires, purge (driver extras) -----------------------------------------
 

@@ -126,7 +126,7 @@ class RedisWakeListener:
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
             finally:
                 with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()
+                    await (getattr(pubsub, "aclose", None) or pubsub.close)()  # redis 5.0.0
 
 
 def redis_wake_listener(
