@@ -4,20 +4,44 @@ compensator, once + compensate, the row's error, and x jobs retry continuing the
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 from pydantic import BaseModel
 
 from ultimat3.core import Signal, XError, register_error_retry
 from ultimat3.jobs import Job, Retry, job
 from ultimat3.jobs._compensation import UNWIND_MARGIN
+from ultimat3.jobs.postgres import migrate, postgres_job_driver
 from ultimat3.jobs.testing import JobHarness
+
+Harness = Callable[[Sequence[Job[Any, Any]]], JobHarness]
 
 
 @pytest.fixture(autouse=True)
 def _classified() -> None:
     register_error_retry({"X_TEST_COMP_TERMINAL": "terminal"})
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def harness(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Harness]:
+    """A harness on the memory driver, or on a Postgres driver over a schema of its own."""
+    if request.param == "memory":
+        yield lambda jobs: JobHarness(jobs=jobs)
+        return
+    schema = f"x_test_{uuid.uuid4().hex[:16]}"
+    await migrate(database_url, schema=schema)
+    pg = postgres_job_driver(database_url, schema=schema)
+    try:
+        yield lambda jobs: JobHarness(jobs=jobs, driver=pg)
+    finally:
+        await pg.close()
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            await c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 class Order(BaseModel):
@@ -86,10 +110,12 @@ def effects(shop: Shop) -> list[str]:
     return [e for e in shop.log if not e.startswith("attempt")]
 
 
-async def test_a_run_failed_for_good_is_unwound_last_in_first_out_and_keeps_its_error() -> None:
+async def test_a_run_failed_for_good_is_unwound_last_in_first_out_and_keeps_its_error(
+    harness: Harness,
+) -> None:
     shop = Shop()
     checkout_job = checkout(shop)
-    h = JobHarness(jobs=[checkout_job])
+    h = harness([checkout_job])
     trace = await h(checkout_job, {})
     # three forward attempts, ship retried; never compensated on a retry
     assert effects(shop) == [
@@ -193,13 +219,13 @@ async def test_a_drain_is_never_compensated() -> None:
     assert "unwinding" not in trace.steps
 
 
-async def test_a_throwing_compensator_goes_back_while_the_unwind_has_attempts_then_is_dead() -> (
-    None
-):
+async def test_a_throwing_compensator_goes_back_while_the_unwind_has_attempts_then_is_dead(
+    harness: Harness,
+) -> None:
     shop = Shop()
     shop.release_fails = 99
     checkout_job = checkout(shop)
-    h = JobHarness(jobs=[checkout_job])
+    h = harness([checkout_job])
     trace = await h(checkout_job, {})
     # attempts 4 and 5 (the margin) each tried the compensator; charge was never refunded
     assert [e for e in effects(shop) if e.startswith(("release", "refund"))] == [
@@ -300,7 +326,9 @@ async def test_a_crash_on_the_final_attempt_is_reoffered_and_unwinds() -> None:
     assert "final attempt" in trace.last_error["message"]
 
 
-async def test_once_with_an_unknown_outcome_stops_the_unwind_at_once_until_resolved() -> None:
+async def test_once_with_an_unknown_outcome_stops_the_unwind_at_once_until_resolved(
+    harness: Harness,
+) -> None:
     shop = Shop()
     calls = {"ship": 0}
 
@@ -324,7 +352,7 @@ async def test_once_with_an_unknown_outcome_stops_the_unwind_at_once_until_resol
             compensate=lambda label, signal: shop.log.append(f"void {label['id']}"),
         )
 
-    h = JobHarness(jobs=[once_ship])
+    h = harness([once_ship])
     trace = await h(once_ship, {})
     assert calls["ship"] == 1
     assert trace.state == "dead"

@@ -281,3 +281,33 @@ async def test_a_compensating_job_is_told_once_when_the_unwind_ends() -> None:
     assert undone == ["ch_1"] and trace.attempts == 2
     [s] = hook.seen
     assert s.outcome == "dead-lettered" and "ship failed" in (s.error or {})["message"]
+
+
+async def test_on_postgres_the_hook_sees_its_row_settled(database_url: str) -> None:
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    from ultimat3.jobs.postgres import migrate, postgres_job_driver
+
+    schema = f"x_test_{uuid.uuid4().hex[:16]}"
+    await migrate(database_url, schema=schema)
+    pg = postgres_job_driver(database_url, schema=schema)
+    try:
+        hook = Hook(pg)
+
+        async def body(input: Sync, step: Any, ctx: Any) -> int:
+            if ctx.attempt == 1:
+                raise RuntimeError("once")
+            return 7
+
+        j = declare(body, hook, retry=Retry(attempts=2, delay=0))
+        trace = await JobHarness(jobs=[j], driver=pg)(j, {"org_id": "o9"})
+        assert trace.state == "done"
+        assert [(s.outcome, s.result, s.attempt) for s in hook.seen] == [("completed", 7, 2)]
+        assert hook.states == ["done"] and hook.ambient == [("o9", "job:settled-job")]
+    finally:
+        await pg.close()
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            await c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
