@@ -14,7 +14,15 @@ import pytest
 from psycopg import sql
 from pydantic import BaseModel
 
-from ultimat3.core import FrozenClock, Signal, XError, capture_log_events, swap_adapter, use_clock
+from ultimat3.core import (
+    FrozenClock,
+    Signal,
+    XError,
+    capture_log_events,
+    swap_adapter,
+    to_epoch_ms,
+    use_clock,
+)
 from ultimat3.jobs import Concurrency, ExecutionSettings, Job, Retry, execute_job, job, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER, ClaimedJob, JobDriver
 from ultimat3.jobs.drivers.memory import memory_job_driver
@@ -395,3 +403,45 @@ async def test_a_cap_of_one_never_runs_two_bodies_at_once_and_every_run_complete
     assert [r.attempts for r in rows] == [1] * 5  # the waits burned no attempt
     assert inside["max"] == 1
     assert h.worker.stats().released >= 4
+
+
+async def test_a_settle_that_did_not_land_keeps_the_slot_for_the_claim_that_owns_the_run(
+    memory: JobDriver,
+) -> None:
+    async def body(input: Acct, step: Any, ctx: Any) -> None:
+        # an operator cancels the run under its feet: this claim's settle cannot land
+        await memory.introspect.cancel(ctx.job_id, reason="stop")  # type: ignore[attr-defined]
+
+    capped: Job[Any, Any] = job(
+        input=Acct, idempotency_key=_key, name="unlanded", concurrency=1, run=body
+    )
+    r = await capped.enqueue({"account": "a"})
+    [claimed] = await claim(memory)
+    outcome = await execute_job(claimed, capped, driver=memory)
+    assert (outcome.outcome, outcome.landed) == ("done", False)
+    # not released by a claim that no longer owns the run: the TTL frees it
+    assert [g.holder for g in await leases(memory).holders("job:unlanded")] == [r.id]
+
+
+async def test_the_worker_defers_a_busy_run_by_one_poll(
+    memory: JobDriver, clock: FrozenClock
+) -> None:
+    gate = Gate()
+    capped: Job[Any, Any] = job(
+        input=Acct, idempotency_key=_key, name="polled", concurrency=1, run=gate.body
+    )
+    await capped.enqueue({"account": "a", "n": 1})
+    waiting = await capped.enqueue({"account": "b", "n": 2})
+    w = job_worker(jobs=[capped], driver=memory, poll_interval_ms=400, handle_signals=False)
+    await w.run_pass()
+    await gate.inside.wait()
+    for _ in range(50):
+        if (await show(memory, waiting.id)).state == "ready":
+            break
+        await asyncio.sleep(0)
+    row = await show(memory, waiting.id)
+    assert row.state == "ready" and row.attempts == 0
+    assert to_epoch_ms(row.run_at) == clock.now_ms() + 400
+    gate.go.set()
+    await w.wait_idle()
+    assert w.stats().released == 1 and w.stats().completed == 1

@@ -311,3 +311,23 @@ async def test_on_postgres_the_hook_sees_its_row_settled(database_url: str) -> N
         await pg.close()
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
             await c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def test_never_called_for_a_dead_letter_that_did_not_land() -> None:
+    hook = Hook()
+    clock = FrozenClock()
+    driver: MemoryJobDriver = memory_job_driver()
+
+    async def body(input: Sync, step: Any, ctx: Any) -> None:
+        await driver.introspect.cancel(ctx.job_id, reason="pulled")
+        raise RuntimeError("and then it failed")
+
+    j = declare(body, hook, tenant="none", retry=Retry(attempts=1))
+    with use_clock(clock), swap_adapter(JOB_DRIVER, driver):
+        await j.enqueue({"org_id": "o"})
+        [claimed] = await driver.claim(
+            queues=["default"], limit=1, worker_id="w", visibility_timeout_ms=30_000
+        )
+        outcome = await execute_job(claimed, j, driver=driver)
+    assert (outcome.outcome, outcome.landed) == ("dead", False)
+    assert hook.seen == []
