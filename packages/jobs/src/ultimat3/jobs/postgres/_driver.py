@@ -53,6 +53,8 @@ from ._rows import (
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
+_ENQUEUE_ROUNDS: Final = 5
+_INSERTED: Final[Any] = object()
 WAKE_INTERVAL_S: Final = 0.25
 """At most one notification per queue per 250 ms from one process (Postgres serialises every
 notifying commit behind one lock)."""
@@ -370,63 +372,83 @@ class PostgresJobDriver:
             )
         forms = [self._checked(req) for req in requests]
         conn = self._given(connection)
-        winners: list[int] = []
-        refer: dict[int, int] = {}
-        by_key: dict[tuple[str, str, str], int] = {}
-        by_id: dict[str, int] = {}
-        for i, req in enumerate(requests):
-            key = (req.name, req.tenant_id or "", req.idempotency_key)
-            first = by_key.get(key)
-            if first is None:
-                first = by_id.get(req.id)
-            if first is not None:
-                refer[i] = first
-                continue
-            by_key[key] = i
-            by_id[req.id] = i
-            winners.append(i)
-        if refer:  # a deduped input is still checked whole: every refusal before any write
-            self._chunk_doc([requests[i] for i in refer], [forms[i] for i in refer])
         results: dict[int, EnqueueResult] = {}
-        pending = winners
-        for _ in range(3):
-            chunks = [
-                pending[at : at + ENQUEUE_CHUNK] for at in range(0, len(pending), ENQUEUE_CHUNK)
-            ]
-            docs = [
-                self._chunk_doc([requests[i] for i in c], [forms[i] for i in c]) for c in chunks
-            ]
-            missing: list[int] = []
-            for chunk, doc in zip(chunks, docs, strict=True):  # every doc built: nothing refused
-                queues = {requests[i].queue for i in chunk}
-                lost = await self._enqueue_chunk(doc, len(chunk), queues, conn)
-                for position, i in enumerate(chunk, start=1):
-                    if position not in lost:
-                        req = requests[i]
-                        results[i] = EnqueueResult(id=req.id, run_id=req.run_id, deduped=False)
-                        continue
-                    winner = lost[position]
-                    if winner is None:
-                        missing.append(i)
-                    else:
-                        results[i] = EnqueueResult(id=winner[0], run_id=winner[1], deduped=True)
-            if not missing:
+        pending = list(range(len(requests)))
+        for _ in range(_ENQUEUE_ROUNDS):
+            pending = await self._enqueue_round(requests, forms, pending, results, conn)
+            if not pending:
                 break
-            pending = missing  # their key's winner committed after the statement's snapshot
         else:
             raise XError(
                 "X_DRIVER_UNAVAILABLE",
                 f"enqueue_many: {len(pending)} keys are held by rows this transaction cannot see",
                 fix="retry the enqueue (in a READ COMMITTED transaction, or outside one)",
             )
-        out: list[EnqueueResult] = []
-        for i in range(len(requests)):
-            answer = results.get(i)
-            if answer is None:
-                earlier = results[refer[i]]
-                answer = EnqueueResult(id=earlier.id, run_id=earlier.run_id, deduped=True)
-            out.append(answer)
-        return out
+        return [results[i] for i in range(len(requests))]
+
+    async def _enqueue_round(
+        self,
+        requests: Sequence[EnqueueRequest],
+        forms: list[Any],
+        pending: list[int],
+        results: dict[int, EnqueueResult],
+        conn: Conn | None,
+    ) -> list[int]:
+        """One round over ``pending`` (input order), as the memory driver would take them one by
+        one: the first input of each live key (and id) is sent, one statement per
+        ``ENQUEUE_CHUNK``; a later input sharing its key is deduped onto it when it holds the key
+        (inserted, or deduped onto the live holder). Answers the inputs left for another round:
+        a key whose first input was deduped by its id onto a row NOT holding the key (a
+        republish of a finished job), and winners whose key is held by a row this statement
+        could not see yet."""
+        winners: list[int] = []
+        by_key: dict[tuple[str, str, str], int] = {}
+        by_id: dict[str, int] = {}
+        refer: dict[int, tuple[int, bool]] = {}
+        for i in pending:
+            req = requests[i]
+            key = (req.name, req.tenant_id or "", req.idempotency_key)
+            first = by_key.get(key)
+            if first is not None:
+                refer[i] = (first, True)
+                continue
+            first = by_id.get(req.id)
+            if first is not None:
+                refer[i] = (first, False)
+                continue
+            by_key[key] = i
+            by_id[req.id] = i
+            winners.append(i)
+        # every document is built (and so every input checked) before the first statement
+        chunks = [winners[at : at + ENQUEUE_CHUNK] for at in range(0, len(winners), ENQUEUE_CHUNK)]
+        docs = [self._chunk_doc([requests[i] for i in c], [forms[i] for i in c]) for c in chunks]
+        if refer:
+            self._chunk_doc([requests[i] for i in refer], [forms[i] for i in refer])
+        holds: dict[int, bool] = {}
+        later: list[int] = []
+        for chunk, doc in zip(chunks, docs, strict=True):
+            queues = {requests[i].queue for i in chunk}
+            lost = await self._enqueue_chunk(doc, len(chunk), queues, conn)
+            for position, i in enumerate(chunk, start=1):
+                outcome = lost.get(position, _INSERTED)
+                if outcome is _INSERTED:
+                    req = requests[i]
+                    results[i] = EnqueueResult(id=req.id, run_id=req.run_id, deduped=False)
+                    holds[i] = True
+                elif outcome is None:
+                    later.append(i)  # its winner committed after the statement's snapshot
+                else:
+                    job_id, run_id, holds_key = outcome
+                    results[i] = EnqueueResult(id=job_id, run_id=run_id, deduped=True)
+                    holds[i] = holds_key
+        for i, (first, same_key) in refer.items():
+            won = results.get(first)
+            if won is None or (same_key and not holds.get(first, False)):
+                later.append(i)
+            else:
+                results[i] = EnqueueResult(id=won.id, run_id=won.run_id, deduped=True)
+        later.sort()
+        return later
 
     @staticmethod
     def _chunk_doc(chunk: list[EnqueueRequest], forms: list[Any]) -> str:
@@ -456,9 +478,10 @@ class PostgresJobDriver:
 
     async def _enqueue_chunk(
         self, doc: str, size: int, queues: set[str], conn: Conn | None
-    ) -> dict[int, tuple[str, str] | None]:
+    ) -> dict[int, tuple[str, str, bool] | None]:
         """One statement for one chunk. Answers, by 1-based position, the inputs NOT inserted:
-        ``(id, run_id)`` of the row that won, or ``None`` when it is not visible yet."""
+        ``(id, run_id, holds_key)`` of the row that won (``holds_key``: it is the live holder of
+        the input's key, not only its id), or ``None`` when it is not visible yet."""
         woken = [self._wake_due(q) for q in queues]  # every queue's slot, not the first only
         params = {"rows": doc, "notify": conn is not None or any(woken)}
         what = f"enqueue_many of {size} jobs"
@@ -471,7 +494,7 @@ class PostgresJobDriver:
                 rows = await self._db.fetchall("enqueue_many", params, what=what)
         else:
             rows = await self._db.fetchall("enqueue_many", params, conn=conn, what=what)
-        return {int(r[0]): (None if r[1] is None else (r[1], r[2])) for r in rows if r[0]}
+        return {int(r[0]): (None if r[1] is None else (r[1], r[2], r[5])) for r in rows if r[0]}
 
     # --- claim ----------------------------------------------------------------------------
 

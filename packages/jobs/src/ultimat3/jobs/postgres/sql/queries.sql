@@ -83,7 +83,7 @@ UNION ALL
                AND coalesce(j.tenant_id, '') = coalesce(%(tenant_id)s, '')
                AND j.idempotency_key = %(idempotency_key)s
                AND j.state IN ('ready', 'delayed', 'running', 'suspended')))
-    ORDER BY j.id = %(id)s::uuid DESC
+    ORDER BY j.id = %(id)s::uuid  -- the live holder of the key first, then the same id
     LIMIT 1
 )
 
@@ -118,28 +118,32 @@ input AS (
 -- name: enqueue_many_answer
 -- (fragment) after an `inserted` CTE: the notify, then ONE summary row (ord 0) and one row per
 -- input NOT inserted: the row that won its key or id (x_jobs_name_tenant_idempotency_live_idx,
--- x_jobs_pkey), or NULLs when the winner committed after this statement's snapshot. Inserted
--- inputs answer nothing: the caller knows their ids.
+-- x_jobs_pkey) and whether it holds the input's live key, or NULLs when the winner committed
+-- after this statement's snapshot. Inserted inputs answer nothing: the caller knows their ids.
 woken AS (
     SELECT pg_notify({channel}, q.queue)
     FROM (SELECT DISTINCT i.queue FROM inserted i WHERE i.state = 'ready') q
     WHERE %(notify)s
 )
 SELECT 0::bigint, NULL::text, NULL::text, (SELECT count(*) FROM inserted),
-       (SELECT count(*) FROM woken)
+       (SELECT count(*) FROM woken), NULL::boolean
 UNION ALL
-SELECT i.ord, won.id::text, won.run_id::text, NULL, NULL
+SELECT i.ord, won.id::text, won.run_id::text, NULL, NULL, won.holds_key
 FROM input i
 LEFT JOIN inserted ins ON ins.id = i.id
 LEFT JOIN LATERAL (
-    SELECT j.id, j.run_id
+    SELECT j.id, j.run_id,
+           j.name = i.name
+           AND coalesce(j.tenant_id, '') = coalesce(i.tenant_id, '')
+           AND j.idempotency_key = i.idempotency_key
+           AND j.state IN ('ready', 'delayed', 'running', 'suspended') AS holds_key
     FROM {x_jobs} j
     WHERE j.id = i.id
        OR (j.name = i.name
            AND coalesce(j.tenant_id, '') = coalesce(i.tenant_id, '')
            AND j.idempotency_key = i.idempotency_key
            AND j.state IN ('ready', 'delayed', 'running', 'suspended'))
-    ORDER BY j.id = i.id DESC
+    ORDER BY j.id = i.id  -- the live holder of the key first, then the same id
     LIMIT 1
 ) won ON true
 WHERE ins.id IS NULL
