@@ -137,3 +137,14 @@ async def test_a_wake_with_nonpositive_timings_is_refused(pg_driver: PostgresJob
     with pytest.raises(XError) as caught:
         QueueWake(pg_driver, Woken(), probe_timeout_s=0)
     assert caught.value.code == "X_CONFIG_INVALID" and "probe_timeout_s" in caught.value.message
+
+
+async def test_the_driver_starts_its_own_wake(pg_driver: PostgresJobDriver) -> None:
+    woken = Woken()
+    wake = await pg_driver.start_wake(woken, queues=["mine"])
+    try:
+        assert await wake.wait_proven(5)
+        await pg_driver.enqueue(req("mine"))
+        assert await woken.next() == "mine"
+    finally:
+        await wake.stop()

@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from psycopg import errors as pg_errors
 
@@ -53,6 +53,9 @@ from ._rows import (
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
+if TYPE_CHECKING:
+    from ._wake import QueueWake
+
 _ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()
 WAKE_INTERVAL_S: Final = 0.25
@@ -255,6 +258,16 @@ class PostgresJobDriver:
             with contextlib.suppress(Exception):
                 await flusher
         await self._db.close()
+
+    async def start_wake(
+        self, on_wake: Callable[[str], object], *, queues: Collection[str] | None = None
+    ) -> QueueWake:
+        """Driver extra: start this process's LISTEN session (``start_queue_wake``), so an idle
+        worker passes as soon as a job of one of its ``queues`` commits: pass ``worker.wake``.
+        ``await wake.stop()`` at shutdown; ``wake.proven`` says the 5 s idle ceiling is safe."""
+        from ._wake import start_queue_wake
+
+        return await start_queue_wake(self, on_wake, queues=queues)
 
     async def now_ms(self) -> int:
         row = await self._db.fetchone("now_ms", {}, what="reading the database clock")
