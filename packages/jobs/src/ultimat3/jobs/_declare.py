@@ -42,7 +42,8 @@ Body = Callable[[I, "Step", "JobContext"], Awaitable[R]]
 """A job's body: ``async def body(input, step, ctx) -> result``."""
 
 TenantOf = Callable[[I], str] | Literal["none"]
-OnSettled = Callable[[Any], Awaitable[None]]
+OnSettled = Callable[[Any], Awaitable[object] | None]
+"""``on_settled``: ``hook(settled: Settled)``, async or a plain function."""
 
 
 class Job(Generic[I, R]):
