@@ -18,13 +18,14 @@ docs/postgres.md.
 
 from ultimat3.jobs._model import AckRequest
 
-from ._driver import PostgresJobDriver, PostgresStepStore, postgres_job_driver
+from ._driver import PostgresJobDriver, postgres_job_driver
 from ._events import PostgresEventBus, postgres_event_bus
 from ._introspect import PostgresJobIntrospection
 from ._leases import PostgresLeaseStore
 from ._migrate import migrate
 from ._outbox import PostgresOutboxStore, postgres_outbox_store
 from ._sql import outbox_channel, wake_channel
+from ._steps import PostgresStepStore
 from ._transaction import transaction
 from ._wake import QueueWake, start_queue_wake
 

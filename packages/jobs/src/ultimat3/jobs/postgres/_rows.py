@@ -201,3 +201,9 @@ def ms_param(value: object, *, what: str) -> int | None:
             fix=f"pass {what} as an int (or None)",
         )
     return value
+
+
+def fenced_ids(job_id: object, claim: object) -> bool:
+    """Whether a settle can match at all: ids this driver hands out are lowercase UUIDs, so
+    anything else is a fenced miss, answered ``False`` without a round trip."""
+    return is_lowercase_uuid(job_id) and is_lowercase_uuid(claim)

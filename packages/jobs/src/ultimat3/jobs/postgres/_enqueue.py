@@ -1,0 +1,267 @@
+"""Enqueue on Postgres: the checks every request passes before anything is written, the notify
+throttle, and the statements (one per enqueue, one per ENQUEUE_CHUNK distinct inputs of a batch).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from psycopg import errors as pg_errors
+
+from ultimat3.core import XError, is_lowercase_uuid
+from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest, EnqueueResult
+
+from ._db import Conn, Database
+from ._rows import check_text, check_uuid, is_plain_json, json_form, json_text, ms_param
+
+ENQUEUE_ROUNDS: Final = 5
+_INSERTED: Final[Any] = object()
+WAKE_INTERVAL_S: Final = 0.25
+"""At most one notification per queue per 250 ms from one process (Postgres serialises every
+notifying commit behind one lock)."""
+
+
+def _storable(value: object) -> bool:
+    return type(value) is str and value != "" and "\x00" not in value
+
+
+def _plainly_valid(req: EnqueueRequest) -> bool:
+    """The fast path of a request's checks: type tests only, no message built. ``False`` sends
+    the request through the checks that name what is wrong."""
+    tenant, concurrency_key = req.tenant_id, req.concurrency_key
+    run_at_ms, delay_ms, attempts = req.run_at_ms, req.delay_ms, req.max_attempts
+    return (
+        _storable(req.name)
+        and _storable(req.queue)
+        and _storable(req.idempotency_key)
+        and (tenant is None or _storable(tenant))
+        and (concurrency_key is None or _storable(concurrency_key))
+        and is_lowercase_uuid(req.id)
+        and is_lowercase_uuid(req.run_id)
+        and type(attempts) is int
+        and attempts >= 1
+        and (run_at_ms is None or type(run_at_ms) is int)
+        and (delay_ms is None or type(delay_ms) is int)
+    )
+
+
+class Enqueuer:
+    """The enqueue half of the driver: ``enqueue`` and ``enqueue_many`` over one database."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._woken: dict[str, float] = {}
+
+    def wake_due(self, queue: str) -> bool:
+        """Whether this enqueue should carry the queue's notification (one per 250 ms)."""
+        now = time.monotonic()
+        last = self._woken.get(queue)
+        if last is not None and now - last < WAKE_INTERVAL_S:
+            return False
+        if len(self._woken) > 10_000:
+            self._woken.clear()
+        self._woken[queue] = now
+        return True
+
+    @staticmethod
+    def checked(req: EnqueueRequest) -> Any:
+        """Check one request (nothing is written); answers its payload in core's JSON form."""
+        if not _plainly_valid(req):
+            Enqueuer.refuse(req)
+        if is_plain_json(req.payload):
+            return req.payload
+        return json_form(req.payload, what=f"the payload of job {req.id} ({req.name})")
+
+    @staticmethod
+    def refuse(req: EnqueueRequest) -> None:
+        """The slow path of ``_checked``: raise the refusal naming what is wrong."""
+        who = f"enqueue of job {req.id!r} ({req.name!r})"
+        for field_name in ("id", "run_id", "name", "queue", "idempotency_key"):
+            check_text(getattr(req, field_name), what=f"{who}: {field_name}")
+        check_uuid(req.id, what=f"{who}: id")
+        check_uuid(req.run_id, what=f"{who}: run_id")
+        check_text(req.tenant_id, what=f"{who}: tenant_id", optional=True)
+        check_text(req.concurrency_key, what=f"{who}: concurrency_key", optional=True)
+        attempts = req.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise XError(
+                "X_INVARIANT",
+                f"{who}: max_attempts {attempts!r} is not >= 1",
+                fix="declare retry=Retry(attempts=n) with n >= 1",
+            )
+        ms_param(req.run_at_ms, what=f"{who}: run_at_ms")
+        ms_param(req.delay_ms, what=f"{who}: delay_ms")
+
+    def params(self, req: EnqueueRequest) -> dict[str, Any]:
+        form = self.checked(req)
+        return {
+            "id": req.id,
+            "run_id": req.run_id,
+            "name": req.name,
+            "queue": req.queue,
+            "payload": json_text(form, what=f"the payload of job {req.id} ({req.name})"),
+            "idempotency_key": req.idempotency_key,
+            "tenant_id": req.tenant_id,
+            "concurrency_key": req.concurrency_key,
+            "max_attempts": req.max_attempts,
+            "run_at_ms": req.run_at_ms,
+            "delay_ms": req.delay_ms,
+        }
+
+    async def enqueue(self, request: EnqueueRequest, conn: Conn | None) -> EnqueueResult:
+        """One statement, one commit (or none: on ``conn`` the caller commits)."""
+        params = self.params(request)
+        params["notify"] = conn is not None or self.wake_due(request.queue)
+        for _ in range(3):
+            row = await self._db.fetchone(
+                "enqueue", params, conn=conn, what=f"enqueue of job {request.id}"
+            )
+            if row is not None:
+                return EnqueueResult(id=row[0], run_id=row[1], deduped=row[2])
+            # The row that won the key committed after this statement's snapshot: ask again.
+        raise XError(
+            "X_DRIVER_UNAVAILABLE",
+            f"enqueue of job {request.id}: its key is held by a row this transaction cannot see",
+            fix="retry the enqueue (in a READ COMMITTED transaction, or outside one)",
+        )
+
+    async def enqueue_many(
+        self, requests: Sequence[EnqueueRequest], conn: Conn | None
+    ) -> list[EnqueueResult]:
+        """One statement per ``ENQUEUE_CHUNK`` distinct requests; results in input order. Every
+        request is checked before the first write. Two inputs sharing a live key (or an id) are
+        one job: the later is deduped onto the earlier."""
+        if len(requests) > MAX_ENQUEUE_BATCH:
+            raise XError(
+                "X_JOB_ENQUEUE_BATCH_TOO_LARGE",
+                f"enqueue_many of {len(requests)} jobs is past MAX_ENQUEUE_BATCH "
+                f"({MAX_ENQUEUE_BATCH})",
+                fix="page the source with backfill(), or enqueue at most 10,000 at a time",
+            )
+        forms = [self.checked(req) for req in requests]
+        results: dict[int, EnqueueResult] = {}
+        pending = list(range(len(requests)))
+        for _ in range(ENQUEUE_ROUNDS):
+            pending = await self._enqueue_round(requests, forms, pending, results, conn)
+            if not pending:
+                break
+        else:
+            raise XError(
+                "X_DRIVER_UNAVAILABLE",
+                f"enqueue_many: {len(pending)} keys are held by rows this transaction cannot see",
+                fix="retry the enqueue (in a READ COMMITTED transaction, or outside one)",
+            )
+        return [results[i] for i in range(len(requests))]
+
+    async def _enqueue_round(
+        self,
+        requests: Sequence[EnqueueRequest],
+        forms: list[Any],
+        pending: list[int],
+        results: dict[int, EnqueueResult],
+        conn: Conn | None,
+    ) -> list[int]:
+        """One round over ``pending`` (input order), as the memory driver would take them one by
+        one: the first input of each live key (and id) is sent, one statement per
+        ``ENQUEUE_CHUNK``; a later input sharing its key is deduped onto it when it holds the key
+        (inserted, or deduped onto the live holder). Answers the inputs left for another round:
+        a key whose first input was deduped by its id onto a row NOT holding the key (a
+        republish of a finished job), and winners whose key is held by a row this statement
+        could not see yet."""
+        winners: list[int] = []
+        by_key: dict[tuple[str, str, str], int] = {}
+        by_id: dict[str, int] = {}
+        refer: dict[int, tuple[int, bool]] = {}
+        for i in pending:
+            req = requests[i]
+            key = (req.name, req.tenant_id or "", req.idempotency_key)
+            first = by_key.get(key)
+            if first is not None:
+                refer[i] = (first, True)
+                continue
+            first = by_id.get(req.id)
+            if first is not None:
+                refer[i] = (first, False)
+                continue
+            by_key[key] = i
+            by_id[req.id] = i
+            winners.append(i)
+        # every document is built (and so every input checked) before the first statement
+        chunks = [winners[at : at + ENQUEUE_CHUNK] for at in range(0, len(winners), ENQUEUE_CHUNK)]
+        docs = [self.chunk_doc([requests[i] for i in c], [forms[i] for i in c]) for c in chunks]
+        if refer:
+            self.chunk_doc([requests[i] for i in refer], [forms[i] for i in refer])
+        holds: dict[int, bool] = {}
+        later: list[int] = []
+        for chunk, doc in zip(chunks, docs, strict=True):
+            queues = {requests[i].queue for i in chunk}
+            lost = await self._enqueue_chunk(doc, len(chunk), queues, conn)
+            for position, i in enumerate(chunk, start=1):
+                outcome = lost.get(position, _INSERTED)
+                if outcome is _INSERTED:
+                    req = requests[i]
+                    results[i] = EnqueueResult(id=req.id, run_id=req.run_id, deduped=False)
+                    holds[i] = True
+                elif outcome is None:
+                    later.append(i)  # its winner committed after the statement's snapshot
+                else:
+                    job_id, run_id, holds_key = outcome
+                    results[i] = EnqueueResult(id=job_id, run_id=run_id, deduped=True)
+                    holds[i] = holds_key
+        for i, (first, same_key) in refer.items():
+            won = results.get(first)
+            if won is None or (same_key and not holds.get(first, False)):
+                later.append(i)
+            else:
+                results[i] = EnqueueResult(id=won.id, run_id=won.run_id, deduped=True)
+        later.sort()
+        return later
+
+    @staticmethod
+    def chunk_doc(chunk: list[EnqueueRequest], forms: list[Any]) -> str:
+        """A chunk as one jsonb array of positional rows (the order `enqueue_many_input` in
+        queries.sql reads): one json.dumps here, one parse on the server."""
+        rows = [
+            [
+                r.id,
+                r.run_id,
+                r.name,
+                r.queue,
+                form,
+                r.idempotency_key,
+                r.tenant_id,
+                r.concurrency_key,
+                r.max_attempts,
+                r.run_at_ms,
+                r.delay_ms,
+            ]
+            for r, form in zip(chunk, forms, strict=True)
+        ]
+        doc = json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+        if "\\u0000" in doc:  # rare: find the payload holding a NUL, if any, and name it
+            for r, form in zip(chunk, forms, strict=True):
+                json_text(form, what=f"the payload of job {r.id} ({r.name})")
+        return doc
+
+    async def _enqueue_chunk(
+        self, doc: str, size: int, queues: set[str], conn: Conn | None
+    ) -> dict[int, tuple[str, str, bool] | None]:
+        """One statement for one chunk. Answers, by 1-based position, the inputs NOT inserted:
+        ``(id, run_id, holds_key)`` of the row that won (``holds_key``: it is the live holder of
+        the input's key, not only its id), or ``None`` when it is not visible yet."""
+        woken = [self.wake_due(q) for q in queues]  # every queue's slot, not the first only
+        params = {"rows": doc, "notify": conn is not None or any(woken)}
+        what = f"enqueue_many of {size} jobs"
+        if conn is None:
+            try:
+                rows = await self._db.fetchall("enqueue_many_fresh", params, what=what)
+            except pg_errors.UniqueViolation:
+                # a key or id was taken meanwhile (or republished): the statement changed
+                # nothing; the conflict-tolerant form settles it
+                rows = await self._db.fetchall("enqueue_many", params, what=what)
+        else:
+            rows = await self._db.fetchall("enqueue_many", params, conn=conn, what=what)
+        return {int(r[0]): (None if r[1] is None else (r[1], r[2], r[5])) for r in rows if r[0]}
