@@ -724,3 +724,33 @@ async def test_a_step_signal_hears_the_runs_cancellation(driver: MemoryJobDriver
     j = declare(body, timeout=20, step_timeout="1m")
     await execute_job(await claim_one(driver, j), j, driver=driver)
     assert heard == ["X_JOB_TIMEOUT"]
+
+
+class _SlowAckDriver(MemoryJobDriver):
+    """Its ack lands at once but answers late: a batched ack committing while a renewal flies."""
+
+    async def ack(self, job_id: str, **kw: Any) -> bool:
+        landed = await super().ack(job_id, **kw)
+        await asyncio.sleep(0.2)
+        return landed
+
+
+async def test_a_renewal_refused_because_our_own_ack_landed_is_not_a_lost_lease(
+    clock: FrozenClock,
+) -> None:
+    driver = _SlowAckDriver()
+    with swap_adapter(JOB_DRIVER, driver):
+
+        async def body(input: Org, step: Any, ctx: Any) -> str:
+            return "ok"
+
+        j = declare(body, name="slow-ack")
+        claimed = await claim_one(driver, j, vt=150)
+        with capture_log_events() as events:
+            outcome = await execute_job(
+                claimed, j, driver=driver, settings=ExecutionSettings(visibility_timeout_ms=150)
+            )
+    assert outcome.outcome == "done"
+    assert outcome.landed
+    assert [e for e in events if e["event"] == "jobs.lease.lost"] == []
+    assert (await driver.introspect.show(claimed.id)).state == "done"

@@ -111,6 +111,7 @@ class _Attempt(Settles):
         self.settled: SettledOutcome | None = None
         self.result: Any = None
         self.unwinding = False
+        self.settling = False
         self.original: dict[str, Any] | None = None
 
     async def execute(self) -> RunOutcome:
@@ -137,11 +138,21 @@ class _Attempt(Settles):
         await self._after_settle(job, outcome)
         return outcome
 
+    def _settle_sent(self) -> bool:
+        """Read anew after an await: a settle may have been sent meanwhile."""
+        return self.settling
+
     async def _renew(self) -> bool:
         """The row's lease and, with it, the run's concurrency slot."""
+        if self.settling:
+            return True
         landed = await self.settler.heartbeat(
             self.claimed, visibility_timeout_ms=self.settings.visibility_timeout_ms
         )
+        if not landed and self._settle_sent():
+            # the settle landed first (a batched ack can commit while a renewal is in flight):
+            # the claim ended by our own hand, nothing was lost
+            return True
         if landed and self.slot is not None:
             await self.slot.renew(self.claimed, self.controller.abort)
         return landed

@@ -51,6 +51,8 @@ class Settles:
     """What ``on_settled`` is told, once a settle that ends the run for good was sent."""
     result: Any
     unwinding: bool
+    settling: bool
+    """Set as a settle is sent: the heartbeat's renewals now race the settle, not the lease."""
     original: dict[str, Any] | None
     """The failure an unwinding attempt undoes."""
 
@@ -69,6 +71,7 @@ class Settles:
         except XError as exc:
             return await self._fail(error_dict(exc), terminal=True)
         await self._flush_progress()
+        self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.settler.ack(
             claimed, result=stored, duration_ms=int((time.monotonic() - self.started) * 1000)
         )
@@ -87,6 +90,7 @@ class Settles:
         assert state is not None and state.suspension is not None
         claimed = self.claimed
         await self._flush_progress()
+        self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.driver.nack(
             claimed.id,
             worker_id=claimed.worker_id,
@@ -105,6 +109,7 @@ class Settles:
         claimed = self.claimed
         await self._flush_progress()
         error = reason.to_dict() if reason is not None else None
+        self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.driver.nack(
             claimed.id,
             worker_id=claimed.worker_id,
@@ -123,6 +128,7 @@ class Settles:
         claimed = self.claimed
         error = reason.to_dict()
         self.settled = "refused"
+        self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.driver.nack(
             claimed.id,
             worker_id=claimed.worker_id,
@@ -162,6 +168,7 @@ class Settles:
     async def _retry(self, error: Mapping[str, Any], delay_ms: int) -> RunOutcome:
         claimed = self.claimed
         await self._flush_progress()
+        self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.driver.nack(
             claimed.id,
             worker_id=claimed.worker_id,
@@ -183,6 +190,7 @@ class Settles:
         outcome: NackOutcome = "dead" if dead_letter else "failed"
         self.settled = "dead-lettered" if dead_letter else "dropped"
         await self._flush_progress()
+        self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.driver.nack(
             claimed.id,
             worker_id=claimed.worker_id,
@@ -274,6 +282,7 @@ class Settles:
         if self.final:
             return await self._fail(error, terminal=True)
         delay = backoff_delay(claimed.attempt, rng=self.settings.rng)
+        self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.driver.nack(
             claimed.id,
             worker_id=claimed.worker_id,
