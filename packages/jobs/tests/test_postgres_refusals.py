@@ -3,13 +3,16 @@ XError with the spec's code and a message naming the offending thing."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.core import XError, new_id
+from ultimat3.jobs._model import EnqueueRequest
 from ultimat3.jobs.postgres import (
     PostgresJobDriver,
     postgres_job_driver,
@@ -81,3 +84,45 @@ async def test_a_wake_needs_a_dsn_when_the_pool_has_none(database_url: str, pg_s
             assert await wake.wait_proven(5)
         finally:
             await wake.stop()
+
+
+async def test_a_key_taken_while_requeueing_is_a_duplicate_not_a_crash(
+    pg_driver: PostgresJobDriver, database_url: str
+) -> None:
+    def req(key: str) -> EnqueueRequest:
+        return EnqueueRequest(
+            id=new_id(),
+            run_id=new_id(),
+            name="n",
+            queue="q",
+            payload=None,
+            idempotency_key=key,
+            max_attempts=1,
+        )
+
+    for key in ("one", "many"):
+        await pg_driver.enqueue(req(key))
+        [job] = await pg_driver.claim(
+            queues=["q"], limit=1, worker_id="w", visibility_timeout_ms=60_000
+        )
+        assert await pg_driver.nack(job.id, worker_id="w", claim=job.claim, outcome="dead")
+    async with await psycopg.AsyncConnection.connect(database_url) as racer:
+        await pg_driver.enqueue(req("one"), connection=racer)  # uncommitted: invisible
+        target = next(
+            r.id
+            for r in await pg_driver.introspect.list(state="dead")
+            if r.idempotency_key == "one"
+        )
+        requeue = asyncio.create_task(pg_driver.introspect.requeue(target))
+        await asyncio.sleep(0.3)  # the requeue now waits on the racer's key
+        await racer.commit()
+        with pytest.raises(XError) as caught:
+            await requeue
+    assert caught.value.code == "X_JOB_DUPLICATE" and "one" in caught.value.message
+    async with await psycopg.AsyncConnection.connect(database_url) as racer:
+        await pg_driver.enqueue(req("many"), connection=racer)
+        bulk = asyncio.create_task(pg_driver.introspect.requeue_many(state="dead"))
+        await asyncio.sleep(0.3)
+        await racer.commit()
+        moved = await bulk
+    assert (moved.affected, moved.remaining) == (0, 0)

@@ -7,6 +7,8 @@ import builtins
 from datetime import datetime
 from typing import Any, Final
 
+from psycopg import errors as pg_errors
+
 from ultimat3.core import XError, is_lowercase_uuid
 from ultimat3.jobs._cursor import parse_job_cursor
 from ultimat3.jobs._model import (
@@ -243,7 +245,16 @@ class PostgresJobIntrospection:
                     q["requeue_drop_steps"],
                     {"id": job_id, "names": names[names.index(from_step) :]},
                 )
-            cur = await conn.execute(q["requeue_move"], {"id": job_id})
+            try:
+                cur = await conn.execute(q["requeue_move"], {"id": job_id})
+            except pg_errors.UniqueViolation as exc:  # a live job took the key meanwhile
+                raise XError(
+                    "X_JOB_DUPLICATE",
+                    f"job {job_id}: its key {key!r} ({job_name}) was taken by a live job while "
+                    "it was being requeued",
+                    fix=f"let that job settle (or cancel it), then requeue {job_id}",
+                    meta={"job_id": job_id},
+                ) from exc
             moved = await cur.fetchone()
             assert moved is not None
             return job_row(moved)
@@ -267,11 +278,23 @@ class PostgresJobIntrospection:
                 fix="pass state='dead' (or 'failed', 'done', 'cancelled')",
                 meta={"state": state},
             )
-        row = await self._db.fetchone(
-            "requeue_many",
-            {**_filters(queue, name, tenant_id), "state": state, "limit": MAX_BULK_ROWS},
-            what=f"requeueing {state} jobs",
-        )
+        params = {**_filters(queue, name, tenant_id), "state": state, "limit": MAX_BULK_ROWS}
+        for attempt in range(3):
+            try:
+                row = await self._db.fetchone(
+                    "requeue_many", params, what=f"requeueing {state} jobs"
+                )
+                break
+            except pg_errors.UniqueViolation:
+                # a live job took one of the keys meanwhile: the statement changed nothing, and
+                # the next one skips that key
+                if attempt == 2:
+                    raise XError(
+                        "X_JOB_DUPLICATE",
+                        f"introspect.requeue_many: keys of {state} jobs kept being taken by new "
+                        "live jobs while they were requeued",
+                        fix="call requeue_many again",
+                    ) from None
         assert row is not None
         return BulkResult(affected=int(row[0]), remaining=int(row[1]))
 
