@@ -126,3 +126,18 @@ async def test_a_caller_pool_stays_open_after_the_driver_closes(
         assert not pool.closed
         again = postgres_job_driver(pool, schema=pg_schema)
         assert len(await claim_all(again)) == 1
+
+
+async def test_an_enqueue_in_a_failed_transaction_names_the_failure(
+    pg_driver: PostgresJobDriver, database_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await conn.execute("SELECT 1 / 0")
+        with pytest.raises(XError) as caught:
+            await pg_driver.enqueue(req(), connection=conn)
+        assert caught.value.code == "X_INVARIANT" and "already failed" in caught.value.message
+        await conn.rollback()
+        assert (await pg_driver.enqueue(req(), connection=conn)).deduped is False
+        await conn.commit()
+    assert len(await claim_all(pg_driver)) == 1

@@ -53,6 +53,14 @@ def wrap_errors(what: str, schema: str | None = None) -> Iterator[None]:
             fix=f"run `await migrate(DATABASE_URL, schema={schema!r})` before using the driver",
             meta={"operation": what, "schema": schema},
         ) from exc
+    except pg_errors.InFailedSqlTransaction as exc:
+        raise XError(
+            "X_INVARIANT",
+            f"postgres job driver: {what}: the caller's transaction already failed; Postgres "
+            "ignores every statement until it is rolled back",
+            fix="roll the transaction back (its earlier statement failed), then enqueue again",
+            meta={"operation": what},
+        ) from exc
     except UnicodeEncodeError as exc:
         raise XError(
             "X_INVARIANT",
