@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -40,7 +41,9 @@ async def fresh_db(admin_dsn: str, name: str) -> str:
 
 
 def db_name(system: str) -> str:
-    return "bench_" + system.replace("-", "_")
+    """``bench_<system>_<pid>``: two runs at once (another engineer's, say) never share or drop
+    each other's databases (their figures still disturb each other: one machine)."""
+    return f"bench_{system.replace('-', '_')}_{os.getpid()}"
 
 
 async def drop_db(admin_dsn: str, name: str) -> None:
@@ -121,12 +124,13 @@ def git_state() -> str:
     return f"{head} + uncommitted changes (digest {digest.hexdigest()[:8]})"
 
 
-def snapshot_ours(dest_root: Path) -> tuple[list[Path], str]:
-    """Export the COMMITTED sources of ours (``git archive HEAD``) into ``dest_root/<commit>``
-    and answer the folders to put first on the import path, and the commit. Others commit to
-    this work tree while a run goes on; a snapshot keeps one run on one version."""
+def snapshot_ours(dest_root: Path, ref: str = "HEAD") -> tuple[list[Path], str]:
+    """Export the COMMITTED sources of ours at ``ref`` (``git archive``) into
+    ``dest_root/<commit>`` and answer the folders to put first on the import path, and the
+    commit. Others commit to this work tree while a run goes on; a snapshot keeps one run on
+    one version."""
     root = Path(__file__).resolve().parents[2]
-    head = _git(root, "rev-parse", "HEAD").strip()
+    head = _git(root, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
     dest = dest_root / head[:12]
     if not (dest / ".complete").exists():
         tmp = dest_root / f"{head[:12]}.tmp"

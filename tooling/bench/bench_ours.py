@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from bench_base import Worker, on_body
+
+OVERRIDES_ENV = "BENCH_OURS_WORKER"
+"""``--ours-worker '{"claim_batch": 50}'`` reaches the worker processes through this variable."""
+
+
+def worker_overrides() -> dict[str, Any]:
+    """``job_worker`` keywords to try instead of the defaults (a what-if, never the default)."""
+    raw = os.environ.get(OVERRIDES_ENV)
+    return dict(json.loads(raw)) if raw else {}
 
 
 @dataclass
@@ -61,10 +71,11 @@ class Ultimat3:
             if _start_queue_wake() is not None
             else "no LISTEN wake (the driver has none yet): polling only"
         )
+        tried = worker_overrides()
         return (
             f"job_worker defaults: claim_batch={DEFAULT_CLAIM_BATCH}, max_in_flight=None, "
             f"poll_interval_ms=250, idle_poll_max_ms=2000; driver pool max_size=10 (psycopg 3); "
-            f"{wake}"
+            f"{wake}" + (f"; OVERRIDDEN by --ours-worker: {json.dumps(tried)}" if tried else "")
         )
 
     def _declare(self) -> Any:
@@ -122,7 +133,9 @@ class Ultimat3:
         from ultimat3.jobs.postgres import postgres_job_driver
 
         driver = postgres_job_driver(dsn)
-        worker = job_worker(jobs=[self._declare()], driver=driver, handle_signals=False)
+        worker = job_worker(
+            jobs=[self._declare()], driver=driver, handle_signals=False, **worker_overrides()
+        )
         await worker.start()
         wake = None
         start_queue_wake = _start_queue_wake()

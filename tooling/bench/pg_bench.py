@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -54,6 +55,7 @@ from bench_measure import (
     measure_latency,
     measure_relay,
 )
+from bench_ours import OVERRIDES_ENV
 from bench_systems import SYSTEMS, System
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -161,6 +163,17 @@ def render_table(results: Results, systems: list[str]) -> str:
     return "\n".join([line, sep, *body])
 
 
+async def other_benchmarks(admin: str) -> bool:
+    """Whether another run of this benchmark has sessions on the server now."""
+    rows = await admin_exec(
+        admin,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname LIKE 'bench\\_%%' "
+        "AND datname NOT LIKE %s",
+        (f"%\\_{os.getpid()}",),
+    )
+    return bool(rows) and int(rows[0][0]) > 0
+
+
 async def parent_main(args: argparse.Namespace) -> int:
     systems = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS]
@@ -170,9 +183,10 @@ async def parent_main(args: argparse.Namespace) -> int:
     admin = args.dsn
     started = time.perf_counter()
     results = Results(max_load=args.max_load, load_wait_s=args.load_wait)
-    probe = await fresh_db(admin, "bench_probe")
+    busy_at_start = await other_benchmarks(admin)
+    probe = await fresh_db(admin, db_name("probe"))
     use_pgss = await pgss_available(probe)
-    await drop_db(admin, "bench_probe")
+    await drop_db(admin, db_name("probe"))
     info = await admin_exec(
         admin, "SELECT version(), current_setting('fsync'), current_setting('synchronous_commit')"
     )
@@ -239,6 +253,11 @@ async def parent_main(args: argparse.Namespace) -> int:
                 results.add("ultimat3", key, value)
     for name in systems:
         await drop_db(admin, db_name(name))
+    if busy_at_start or await other_benchmarks(admin):
+        results.notes.append(
+            "another benchmark was running on this server during this run: the two disturbed "
+            "each other's figures"
+        )
     if git_state() != trees[-1]:
         trees.append(git_state())
     if args.live and len(trees) > 1:
@@ -290,6 +309,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "of HEAD's packages/core and packages/jobs, so a run measures one version)",
     )
     p.add_argument(
+        "--ours-ref",
+        default="HEAD",
+        metavar="REV",
+        help="the commit of ours to snapshot (default HEAD)",
+    )
+    p.add_argument(
         "--max-load",
         type=float,
         default=None,
@@ -300,6 +325,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=45.0,
         help="the longest wait for --max-load, seconds per measurement (default 45)",
+    )
+    p.add_argument(
+        "--ours-worker",
+        metavar="JSON",
+        help="what-if: job_worker keywords for ours, e.g. '{\"claim_batch\": 50}' (the table "
+        "then is not the defaults' and says so)",
     )
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--mode", choices=("drain", "latency"), help=argparse.SUPPRESS)
@@ -316,8 +347,16 @@ def main() -> int:
     if args.child:  # the parent set PYTHONPATH to the version under test
         asyncio.run(child_main(args))
         return 0
+    if args.ours_worker:
+        try:
+            if not isinstance(json.loads(args.ours_worker), dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            print(f"--ours-worker {args.ours_worker!r} is not a JSON object: {exc}")
+            return 2
+        os.environ[OVERRIDES_ENV] = args.ours_worker
     if not args.live:
-        paths, head = snapshot_ours(SNAPSHOTS)
+        paths, head = snapshot_ours(SNAPSHOTS, args.ours_ref)
         sys.path[0:0] = [str(p) for p in paths]
         inherited = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -329,7 +368,7 @@ def main() -> int:
         if not where.is_relative_to(SNAPSHOTS.resolve()):
             print(f"the snapshot did not take: ultimat3.jobs loads from {where}")
             return 2
-        args.pinned = f"HEAD {head}, exported to {paths[-1].parents[2]}"
+        args.pinned = f"{args.ours_ref} = {head}, exported to {paths[-1].parents[2]}"
     return asyncio.run(parent_main(args))
 
 
