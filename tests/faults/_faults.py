@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -137,7 +137,7 @@ class Db:
 
     def _tables(self) -> dict[str, sql.Composable]:
         names = ("x_jobs", "x_job_steps", "x_job_counters", "x_workers", "fault_effects")
-        return {n: self.t(n) for n in (*names, "fault_gates")}
+        return {n: self.t(n) for n in (*names, "fault_gates", "fault_orders")}
 
     async def effects(self, job_id: str | None = None) -> list[Effect]:
         rows = await self.rows(
@@ -373,16 +373,27 @@ async def terminate_backends(url: str, application_name: str) -> list[int]:
         return [r[0] for r in await cur.fetchall() if r[1]]
 
 
-async def backend_pids(url: str, application_name: str, *, waiting: bool = False) -> list[int]:
-    """The backends carrying ``application_name`` (only those waiting on a lock when asked)."""
+async def backend_pids(
+    url: str, application_name: str, *, waiting: bool = False, query_like: str = "%"
+) -> list[int]:
+    """The backends carrying ``application_name`` (only those waiting on a lock, only those
+    whose current statement is ``LIKE query_like``, when asked)."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-            " AND (NOT %s OR wait_event_type = 'Lock') ORDER BY pid",
-            (application_name, waiting),
+            " AND (NOT %s OR wait_event_type = 'Lock') AND query LIKE %s ORDER BY pid",
+            (application_name, waiting, query_like),
         )
         return [r[0] for r in await cur.fetchall()]
 
 
-async def run_until(awaitable: Awaitable[Any], timeout_s: float) -> Any:
-    return await asyncio.wait_for(awaitable, timeout=timeout_s)
+async def terminate(url: str, pid: int, application_name: str) -> bool:
+    """``pg_terminate_backend(pid)`` — refused unless that backend carries our name."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid = %s AND application_name = %s",
+            (pid, application_name),
+        )
+        row = await cur.fetchone()
+        return bool(row and row[0])
