@@ -88,7 +88,10 @@ class Heartbeat:
             await asyncio.sleep(self._interval_s - loop.time() % self._interval_s)
             remaining = self._last_landed + self._window_s - time.monotonic()
             try:
-                landed = await asyncio.wait_for(self._renew(), timeout=max(remaining, 0.001))
+                # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel (stop()) that
+                # lands as the renewal ends, and the heartbeat would beat on, holding the run
+                async with asyncio.timeout(max(remaining, 0.001)):
+                    landed = await self._renew()
             except Exception as exc:  # TimeoutError included: a hanging renewal
                 log_event(
                     "jobs.heartbeat.failed",
