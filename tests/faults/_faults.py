@@ -297,10 +297,20 @@ class WorkerProcess:
             os.kill(self.pid, sig)
 
     async def stop(self, *, timeout_s: float = 15.0) -> int:
-        """SIGTERM (a drain), then wait for the exit; answers the exit code."""
+        """SIGTERM (a drain), then wait for the exit; answers the exit code. A worker that does
+        not exit is asked for its tasks' stacks (SIGUSR1), shown in the failure."""
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGTERM)
-        await until(lambda: not self.alive(), timeout_s=timeout_s, what=f"{self.pid} to exit")
+        try:
+            await until(lambda: not self.alive(), timeout_s=timeout_s, what=f"{self.pid} to exit")
+        except AssertionError:
+            self.signal(signal.SIGUSR1)
+            await asyncio.sleep(1)
+            tail = [json.dumps(e, default=str)[:300] for e in self.events()[-30:]]
+            raise AssertionError(
+                f"worker {self.pid} did not exit within {timeout_s}s of SIGTERM; its last "
+                "events:\n" + "\n".join(tail) + "\n" + self.output()[-12_000:]
+            ) from None
         return self.proc.returncode
 
     def kill(self) -> None:

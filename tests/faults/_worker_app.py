@@ -267,6 +267,14 @@ def skew_clock(offset_s: float) -> None:
     install_clock(OffsetClock(offset_s))
 
 
+def dump_tasks() -> None:
+    """SIGUSR1: print where every task of the loop is waiting (a hung worker's diagnosis)."""
+    for task in asyncio.all_tasks():
+        print(f"--- {task!r}", file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="_worker_app")
     p.add_argument("--dsn", required=True)
@@ -312,6 +320,7 @@ async def serve(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
     try:
         await worker.start()
     except XError as exc:
