@@ -10,8 +10,8 @@ next claim), every row by ``(created_at, id)`` for the operator's keyset pages.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
@@ -39,6 +39,9 @@ from ._codec import compact_json, freeze, live_key, maybe_text, opt, pairs, step
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
 from ._scripts import Arg, ScriptRunner
+
+if TYPE_CHECKING:
+    from ._wake import RedisWakeListener
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
@@ -433,6 +436,18 @@ class RedisJobDriver:
         if self._owns_client:
             closer: Any = getattr(self._client, "aclose", None) or self._client.close  # redis 5.0.0
             await closer()
+
+    async def start_wake(
+        self, on_wake: Callable[[str], object], *, queues: Collection[str] | None = None
+    ) -> RedisWakeListener:
+        """Driver extra (``QueueWake``): a started ``redis_wake_listener`` calling
+        ``on_wake('*')`` when a job of ``queues`` becomes due; ``job_worker().start()`` starts it
+        with the worker's ``wake`` and stops it with the worker (``await listener.stop()``)."""
+        from ._wake import redis_wake_listener
+
+        listener = redis_wake_listener(self, lambda: on_wake("*"), queues=queues)
+        await listener.start()
+        return listener
 
     # --- workers, task fires, purge (driver extras) -----------------------------------------
 

@@ -218,7 +218,9 @@ class _Attempt(Settles):
             stored=dict(stored),
             monotonic=self.monotonic,
             claim_mono=self.claim_mono,
-            event_bus=self.settings.event_bus or _installed_bus(),
+            event_bus=(
+                self.settings.event_bus or _installed_bus() or self.settings.fallback_event_bus
+            ),
             observer=self.settings.observer,
         )
         self.progress = ProgressWriter(

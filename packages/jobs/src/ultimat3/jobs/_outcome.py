@@ -38,6 +38,10 @@ class ExecutionSettings:
     """The backoff jitter's randomness (seeded in tests)."""
     app: Any = None
     event_bus: EventBus | None = None
+    """The bus ``step.wait_for_event`` waits on; default: the one installed on ``EVENT_BUS``."""
+    fallback_event_bus: EventBus | None = None
+    """The bus a wait uses when there is neither ``event_bus`` nor one installed: the worker
+    passes its driver's own (``driver.event_bus()``)."""
     settler: Settler | None = None
     """How acks and renewals reach the driver (the worker batches them over ``BatchSettler``);
     default: one driver call each."""

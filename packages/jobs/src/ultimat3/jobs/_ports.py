@@ -9,7 +9,7 @@ only while that claim still holds the row, and answers whether it landed.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -236,6 +236,41 @@ class BatchSettler(Protocol):
 
 
 @runtime_checkable
+class WakeHandle(Protocol):
+    """What ``QueueWake.start_wake`` answers: ``await handle.stop()`` ends the listening.
+
+    A handle MAY carry a bool ``proven``: True while the push is known to arrive (the Postgres
+    LISTEN session answered its probe, ``jobs.wake.live``). A worker then lets its idle poll
+    stretch to 5 s; without it (or while it is False) the ceiling stays ``idle_poll_max_ms``."""
+
+    async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class QueueWake(Protocol):
+    """Optional driver member: a push telling a worker that a job of its queues became due, so
+    an idle worker passes at once instead of at its next poll (Postgres: LISTEN/NOTIFY; Redis:
+    pub/sub). ``job_worker(...).start()`` starts it with its own ``wake`` and stops it with the
+    worker. The push is a hint: a lost one costs the wait until the next poll, never a job."""
+
+    async def start_wake(
+        self, on_wake: Callable[[str], object], *, queues: Collection[str] | None = None
+    ) -> WakeHandle:
+        """Start listening; ``on_wake(queue)`` runs when a job of one of ``queues`` (every queue
+        when ``None``) may be due (``'*'``: any of them)."""
+        ...
+
+
+@runtime_checkable
+class DriverEventBus(Protocol):
+    """Optional driver member: the event bus over the driver's own store (Postgres:
+    ``postgres_event_bus(driver)``; memory: ``memory_event_bus(driver)``), answered the same
+    every call. A worker with no bus passed and none installed on ``EVENT_BUS`` waits on it."""
+
+    def event_bus(self) -> EventBus: ...
+
+
+@runtime_checkable
 class JobDriver(Protocol):
     """The jobs adapter port. Job code never changes when the driver does."""
 
@@ -381,6 +416,16 @@ def driver_members_missing(driver: object) -> list[str]:
 def driver_leases(driver: object) -> LeaseStore | None:
     leases = getattr(driver, "leases", None)
     return leases if isinstance(leases, LeaseStore) else None
+
+
+def driver_wake(driver: object) -> QueueWake | None:
+    """The driver's wake (``start_wake``), when it offers one."""
+    return driver if isinstance(driver, QueueWake) else None
+
+
+def driver_event_bus(driver: object) -> EventBus | None:
+    """The driver's own event bus (``event_bus()``), when it offers one."""
+    return driver.event_bus() if isinstance(driver, DriverEventBus) else None
 
 
 def driver_introspect(driver: object) -> JobIntrospection | None:

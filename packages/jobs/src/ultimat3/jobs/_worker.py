@@ -2,7 +2,9 @@
 ``execute_job``, the one execution path.
 
 Polling waits ``poll_interval_ms`` while passes find work, doubling up to ``idle_poll_max_ms``
-while they do not; ``wake()`` (what the Postgres driver's LISTEN calls) passes at once.
+while they do not (to 5 s while the driver's wake is proven); ``wake()`` passes at once. A driver
+offering ``start_wake`` (``QueueWake``: the Postgres LISTEN session, Redis pub/sub) has it started
+by ``start()`` with ``wake`` and stopped with the worker.
 ``max_in_flight`` caps the process across every queue: a pass splits its room over the queues
 (``ceil(room / queues left)``), hands what an empty queue leaves to the next, and starts after the
 last queue served, so no queue starves. SIGTERM drains: every held run's signal aborts with
@@ -34,15 +36,22 @@ from ._outcome import (
     ExecutionSettings,
     RunOutcome,
 )
-from ._ports import driver_leases, driver_members_missing
+from ._ports import (
+    driver_event_bus,
+    driver_leases,
+    driver_members_missing,
+    driver_wake,
+)
 from ._settler import settler_for
 
 if TYPE_CHECKING:
     from ._declare import Job
-    from ._ports import EventBus, JobDriver
+    from ._ports import EventBus, JobDriver, WakeHandle
 
 DEFAULT_CLAIM_BATCH = 10
 """Rows one claim asks for when the worker has no ``max_in_flight`` cap."""
+WAKE_PROVEN_IDLE_MS = 5000
+"""The idle poll's ceiling while the driver's wake is proven (``jobs.wake.live``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +225,7 @@ class JobWorker:
         self._draining = False
         self._counts: dict[str, int] = {}
         self._registered = False
+        self._queue_wake: WakeHandle | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -259,6 +269,7 @@ class JobWorker:
         self._drain_task = None
         self._wake = asyncio.Event()  # bound to this start's event loop
         await self._register()
+        await self._start_wake()
         watch_worker(self)
         self._loop_task = asyncio.ensure_future(self._loop())
         if self._handle_signals:
@@ -281,9 +292,15 @@ class JobWorker:
             controller.abort(self._drain_reason(job_id, signal_name))
         await self._join()
 
-    def wake(self) -> None:
-        """Pass at once (the Postgres LISTEN wake; a run ending under the cap)."""
+    def wake(self, queue: str | None = None) -> None:
+        """Pass at once: the driver's wake calls it with the queue that has a job due (``'*'``:
+        any); a run ending under the cap too."""
         self._wake.set()
+
+    @property
+    def wake_proven(self) -> bool:
+        """Whether the driver's wake is running and known to arrive (the 5 s idle ceiling)."""
+        return getattr(self._queue_wake, "proven", False) is True
 
     def stats(self) -> WorkerStats:
         c = self._counts
@@ -313,9 +330,15 @@ class JobWorker:
     # --- one pass -----------------------------------------------------------------------------
 
     def _with_settler(self) -> ExecutionSettings:
-        """The settings with this worker's settler (batched when the driver can)."""
+        """The settings with this worker's settler (batched when the driver can) and, for a
+        wait with no bus passed or installed, the driver's own bus."""
         if self._settings.settler is None:
-            self._settings = replace(self._settings, settler=settler_for(self.driver))
+            driver = self.driver
+            self._settings = replace(
+                self._settings,
+                settler=settler_for(driver),
+                fallback_event_bus=self._settings.fallback_event_bus or driver_event_bus(driver),
+            )
         return self._settings
 
     def room(self) -> int | None:
@@ -410,7 +433,7 @@ class JobWorker:
         while not self._stopping:
             room = self.room()
             if room is not None and room <= 0:
-                await self._sleep(self._idle_max_s)
+                await self._sleep(self._idle_max())
                 continue
             try:
                 found = await self.run_pass()
@@ -422,12 +445,17 @@ class JobWorker:
                 wait = self._poll_s
             else:
                 wait = self._idle_s
-                self._idle_s = min(self._idle_s * 2, self._idle_max_s)
+                self._idle_s = min(self._idle_s * 2, self._idle_max())
             now = asyncio.get_running_loop().time()
             if now - last_beat >= beat_every:
                 last_beat = now
                 await self._beat()
             await self._sleep(wait)
+
+    def _idle_max(self) -> float:
+        if self.wake_proven:
+            return max(self._idle_max_s, WAKE_PROVEN_IDLE_MS / 1000)
+        return self._idle_max_s
 
     async def _sleep(self, seconds: float) -> None:
         if self._stopping:
@@ -440,11 +468,41 @@ class JobWorker:
         loop_task = self._loop_task
         if loop_task is not None:
             await loop_task
+        await self._stop_wake()
         await self.wait_idle()
         self._loop_task = None
         unwatch_worker(self)
         self._remove_sigterm()
         await self._deregister()
+
+    # --- the driver's wake (optional: QueueWake) -----------------------------------------------
+
+    async def _start_wake(self) -> None:
+        wake = driver_wake(self.driver)
+        if wake is None or self._queue_wake is not None:
+            return
+        try:
+            self._queue_wake = await wake.start_wake(self.wake, queues=list(self.queues))
+        except Exception as exc:  # the poll is the guarantee: run without the push
+            log_event(
+                "jobs.wake.lost",
+                level="warning",
+                worker_id=self.id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+    async def _stop_wake(self) -> None:
+        handle, self._queue_wake = self._queue_wake, None
+        if handle is not None:
+            try:
+                await handle.stop()
+            except Exception as exc:
+                log_event(
+                    "jobs.wake.lost",
+                    level="warning",
+                    worker_id=self.id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
 
     # --- SIGTERM ------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from ultimat3.core import Clock, XError, from_epoch_ms, log_event, new_id
+from ultimat3.jobs._events import MemoryEventBus, memory_event_bus
 from ultimat3.jobs._model import (
     DEAD_RETENTION_MS,
     DONE_RETENTION_MS,
@@ -70,6 +71,7 @@ class MemoryJobDriver:
         self.leases = MemoryLeaseStore(self._s.now_ms)
         self.introspect = MemoryJobIntrospection(self._s)
         self.backfills = MemoryBackfillLedger(self._s.now_ms)
+        self._bus: MemoryEventBus | None = None
 
     def __repr__(self) -> str:
         return f"MemoryJobDriver(name={self._name!r}, jobs={len(self._s.rows)})"
@@ -397,6 +399,14 @@ class MemoryJobDriver:
 
     async def close(self) -> None:
         """Nothing to hand back. The rows stay readable until the driver is dropped."""
+
+    def event_bus(self) -> MemoryEventBus:
+        """Driver extra: this driver's own ``memory_event_bus(driver)`` (the same one every
+        call), what a worker with no bus waits on; publish on it, or install it on
+        ``EVENT_BUS``."""
+        if self._bus is None:
+            self._bus = memory_event_bus(self)
+        return self._bus
 
     # --- workers, task fires, purge (driver extras) -----------------------------------------
 

@@ -43,6 +43,7 @@ from ._steps import PostgresStepStore, Stepless
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
 if TYPE_CHECKING:
+    from ._events import PostgresEventBus
     from ._wake import QueueWake
 
 _ENQUEUE_ROUNDS: Final = 5
@@ -93,6 +94,7 @@ class PostgresJobDriver:
         self.backfills = PostgresBackfillLedger(self._db)
         self._enqueuer = Enqueuer(self._db)
         self._acker = AckBatcher(self._db, self._stepless)
+        self._bus: PostgresEventBus | None = None
 
     def __repr__(self) -> str:
         return f"PostgresJobDriver(schema={self._db.schema!r})"
@@ -135,6 +137,15 @@ class PostgresJobDriver:
         from ._wake import start_queue_wake
 
         return await start_queue_wake(self, on_wake, queues=queues)
+
+    def event_bus(self) -> PostgresEventBus:
+        """Driver extra: ``postgres_event_bus(self)`` (the same one every call), what a worker
+        with no event bus of its own waits on (``step.wait_for_event``)."""
+        if self._bus is None:
+            from ._events import PostgresEventBus
+
+            self._bus = PostgresEventBus(self)
+        return self._bus
 
     async def now_ms(self) -> int:
         row = await self._db.fetchone("now_ms", {}, what="reading the database clock")
