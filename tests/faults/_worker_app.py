@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from ultimat3.core import Signal, XError, install_clock, log_event
 from ultimat3.jobs import Concurrency, Job, JobContext, Retry, Step, job, job_worker
 from ultimat3.jobs.adapter import install_job_driver
-from ultimat3.jobs.postgres import postgres_job_driver, start_queue_wake
+from ultimat3.jobs.postgres import PostgresJobDriver, QueueWake, start_queue_wake
 
 QUEUE: Final = "faults"
 STEPS: Final = ("a", "b", "c")
@@ -287,7 +287,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--visibility-ms", type=int, default=1000)
     p.add_argument("--poll-ms", type=int, default=50)
     p.add_argument("--idle-max-ms", type=int, default=500)
-    p.add_argument("--wake", action="store_true", help="start the LISTEN wake")
+    p.add_argument("--wake", action="store_true", help="start the wake, if the worker does not")
     p.add_argument("--wake-dsn", default=None, help="the LISTEN session's own DSN")
     p.add_argument("--probe-every-s", type=float, default=30.0)
     p.add_argument("--probe-timeout-s", type=float, default=2.0)
@@ -301,9 +301,38 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+class FaultDriver(PostgresJobDriver):
+    """The Postgres driver whose wake (``start_wake``, started by the worker or by :func:`serve`)
+    dials ``wake_dsn`` with the probe timings asked for, and logs every wake as
+    ``faults.wake`` with the session count (``sessions`` 2 and up: after a re-dial)."""
+
+    def __init__(self, dsn: str, *, schema: str, max_size: int, args: argparse.Namespace):
+        super().__init__(dsn, schema=schema, max_size=max_size)
+        self._args = args
+        self.wake_handle: QueueWake | None = None
+
+    async def start_wake(
+        self, on_wake: Callable[[str], object], *, queues: Collection[str] | None = None
+    ) -> QueueWake:
+        def logged(queue: str) -> None:
+            sessions = self.wake_handle.sessions if self.wake_handle is not None else 0
+            log_event("faults.wake", queue=queue, sessions=sessions)
+            on_wake(queue)
+
+        self.wake_handle = await start_queue_wake(
+            self,
+            logged,
+            queues=queues,
+            dsn=self._args.wake_dsn,
+            probe_timeout_s=self._args.probe_timeout_s,
+            probe_every_s=self._args.probe_every_s,
+        )
+        return self.wake_handle
+
+
 async def serve(args: argparse.Namespace) -> int:
     configure(args.dsn, args.schema)
-    driver = postgres_job_driver(args.dsn, schema=args.schema, max_size=args.pool_size)
+    driver = FaultDriver(args.dsn, schema=args.schema, max_size=args.pool_size, args=args)
     install_job_driver(driver)
     worker = job_worker(
         jobs=JOBS,
@@ -327,21 +356,9 @@ async def serve(args: argparse.Namespace) -> int:
         log_event("faults.refused", code=exc.code, message=exc.message, fix=exc.fix)
         await driver.close()
         return 2
-    wake = None
-    if args.wake:
-
-        def on_wake(queue: str) -> None:
-            log_event("faults.wake", queue=queue, sessions=wake.sessions if wake else 0)
-            worker.wake()
-
-        wake = await start_queue_wake(
-            driver,
-            on_wake,
-            queues=worker.queues,
-            dsn=args.wake_dsn,
-            probe_timeout_s=args.probe_timeout_s,
-            probe_every_s=args.probe_every_s,
-        )
+    own_wake = None
+    if args.wake and driver.wake_handle is None:  # a worker that does not start the wake itself
+        own_wake = await driver.start_wake(worker.wake, queues=worker.queues)
     for spec in args.enqueue_delayed:
         key, _, delay_ms = spec.rpartition(":")
         done = await SLEEPY_JOB.enqueue(Work(key=key), delay=int(delay_ms))
@@ -349,8 +366,8 @@ async def serve(args: argparse.Namespace) -> int:
     log_event("faults.ready", worker_id=worker.id, pool_size=driver.pool_size)
     await stop.wait()
     await worker.drain(signal_name="SIGTERM")
-    if wake is not None:
-        await wake.stop()
+    if own_wake is not None:
+        await own_wake.stop()
     log_event("faults.stopped", **asdict(worker.stats()))
     await driver.close()
     return 0
