@@ -31,7 +31,7 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
-from ultimat3.core import Signal, XError, install_clock, log_event
+from ultimat3.core import Signal, XError, current_clock, install_clock, log_event
 from ultimat3.jobs import Concurrency, Job, JobContext, Retry, Step, job, job_worker
 from ultimat3.jobs.adapter import install_job_driver
 from ultimat3.jobs.postgres import PostgresJobDriver, QueueWake, start_queue_wake
@@ -363,7 +363,13 @@ async def serve(args: argparse.Namespace) -> int:
         key, _, delay_ms = spec.rpartition(":")
         done = await SLEEPY_JOB.enqueue(Work(key=key), delay=int(delay_ms))
         log_event("faults.enqueued", key=key, id=done.id, deduped=done.deduped)
-    log_event("faults.ready", worker_id=worker.id, pool_size=driver.pool_size)
+    log_event(
+        "faults.ready",
+        worker_id=worker.id,
+        pool_size=driver.pool_size,
+        clock_ms=current_clock().now_ms(),  # this process's own clocks, skewed or not
+        wall_s=time.time(),
+    )
     await stop.wait()
     await worker.drain(signal_name="SIGTERM")
     if own_wake is not None:
