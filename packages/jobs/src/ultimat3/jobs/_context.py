@@ -132,14 +132,15 @@ class JobContext:
     """``ctx``: the run's signal, ids, attempt, tenant, actor, progress, clock, log and app."""
 
     __slots__ = (
+        "_log",
         "_progress",
+        "_progress_writer",
         "actor",
         "app",
         "attempt",
         "clock",
         "final_attempt",
         "job_id",
-        "log",
         "name",
         "run_id",
         "signal",
@@ -158,9 +159,10 @@ class JobContext:
         tenant_id: str | None,
         actor: Actor | None,
         clock: Clock,
-        log: JobLog,
         app: Any,
+        log: JobLog | None = None,
         progress: ProgressWriter | None = None,
+        progress_writer: Callable[[], ProgressWriter] | None = None,
     ) -> None:
         self.signal = signal
         """The run's cancellation signal: timeout, drain, lease lost, or a finished attempt."""
@@ -175,14 +177,25 @@ class JobContext:
         self.tenant_id = tenant_id
         self.actor = actor
         self.clock = clock
-        self.log = log
         self.app = app
+        self._log = log
         self._progress = progress
+        self._progress_writer = progress_writer
+
+    @property
+    def log(self) -> JobLog:
+        """Structured events stamped with the job, its id and its attempt."""
+        if self._log is None:
+            self._log = JobLog(job=self.name, job_id=self.job_id, attempt=self.attempt)
+        return self._log
 
     def progress(self, done: int, total: int, note: str | None = None) -> None:
         """Report progress on the row: one write a second at most, the last always written."""
-        if self._progress is not None:
-            self._progress.report(done, total, note)
+        writer = self._progress
+        if writer is None and self._progress_writer is not None:
+            writer = self._progress = self._progress_writer()
+        if writer is not None:
+            writer.report(done, total, note)
 
     def __repr__(self) -> str:
         return f"<JobContext {self.name!r} id={self.job_id} attempt={self.attempt}>"

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import trace as otel_trace
 from opentelemetry.metrics import Counter
 
 from ultimat3.core import (
@@ -22,7 +24,6 @@ from ultimat3.core import (
     XError,
     current_clock,
     format_duration,
-    installed_adapter,
     log_event,
     meter,
     tracer,
@@ -30,10 +31,11 @@ from ultimat3.core import (
     use_signal,
     use_tenant,
 )
+from ultimat3.core import tracer as core_tracer
 
 from ._compensation import original_error, unwind, unwind_due
 from ._concurrency import SlotHold, key_busy, take_slot, unenforceable
-from ._context import JobContext, JobLog, ProgressWriter
+from ._context import JobContext, ProgressWriter
 from ._heartbeat import Heartbeat
 from ._model import ClaimedJob
 from ._observe import RunEvent
@@ -45,8 +47,10 @@ from ._settles import Settles
 from ._steps import RunState, Step, StepSuspended, error_dict
 
 if TYPE_CHECKING:
+    from ultimat3.core import Signal
+
     from ._declare import Job
-    from ._ports import EventBus, JobDriver
+    from ._ports import JobDriver
 
 _jobs_counter: Counter | None = None
 
@@ -71,19 +75,33 @@ async def execute_job(
     """Run one claimed attempt of ``job`` to its settle. ``controller`` is the run's: the worker
     aborts it with ``X_DRAINING`` on SIGTERM."""
     run = _Attempt(claimed, job, driver, settings or ExecutionSettings(), controller)
-    with tracer().start_as_current_span(
-        f"job {claimed.name}",
-        attributes={
-            "ultimat3.job": claimed.name,
-            "ultimat3.job_id": claimed.id,
-            "ultimat3.queue": claimed.queue,
-            "ultimat3.attempt": claimed.attempt,
-        },
-    ) as span:
+    spans = _run_tracer()
+    if spans is None:  # no SDK installed: the span would be a no-op, so none is made
         outcome = await run.execute()
-        span.set_attribute("ultimat3.outcome", outcome.outcome)
+    else:
+        with spans.start_as_current_span(
+            f"job {claimed.name}",
+            attributes={
+                "ultimat3.job": claimed.name,
+                "ultimat3.job_id": claimed.id,
+                "ultimat3.queue": claimed.queue,
+                "ultimat3.attempt": claimed.attempt,
+            },
+        ) as span:
+            outcome = await run.execute()
+            span.set_attribute("ultimat3.outcome", outcome.outcome)
     _jobs_total().add(1, {"queue": claimed.queue, "outcome": outcome.outcome})
     return outcome
+
+
+def _run_tracer() -> otel_trace.Tracer | None:
+    """The tracer of the run's span; ``None`` while it is core's and no SDK is installed (the
+    OpenTelemetry API alone makes only no-op spans, which cost a run ~5 us for nothing)."""
+    if tracer is core_tracer and isinstance(
+        otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider
+    ):
+        return None
+    return tracer()
 
 
 class _Attempt(Settles):
@@ -100,9 +118,9 @@ class _Attempt(Settles):
         self.driver = driver
         self.settings = settings
         self.controller = controller or AbortController()
-        self.monotonic = settings.monotonic or time.monotonic
-        self.claim_mono = self.monotonic()
         self.started = time.monotonic()
+        self.monotonic = settings.monotonic or time.monotonic
+        self.claim_mono = self.started if settings.monotonic is None else self.monotonic()
         self.state: RunState | None = None
         self.progress: ProgressWriter | None = None
         self.settler = settings.settler or DirectSettler(driver)
@@ -210,25 +228,18 @@ class _Attempt(Settles):
                 return refused
         signal = self.controller.signal
         stored = await self.driver.steps.load(claimed.id)
+        settings = self.settings
         self.state = state = RunState(
             job=job,
             claimed=claimed,
             driver=self.driver,
             signal=signal,
-            stored=dict(stored),
+            stored=stored if type(stored) is dict else dict(stored),
             monotonic=self.monotonic,
             claim_mono=self.claim_mono,
-            event_bus=(
-                self.settings.event_bus or _installed_bus() or self.settings.fallback_event_bus
-            ),
-            observer=self.settings.observer,
-        )
-        self.progress = ProgressWriter(
-            driver=self.driver,
-            job_id=claimed.id,
-            worker_id=claimed.worker_id,
-            claim=claimed.claim,
-            monotonic=self.monotonic,
+            event_bus=settings.event_bus,
+            fallback_bus=settings.fallback_event_bus,
+            observer=settings.observer,
         )
         actor = Actor(id=f"job:{job.name}", org_id=claimed.tenant_id, kind="job")
         ctx = JobContext(
@@ -241,16 +252,16 @@ class _Attempt(Settles):
             tenant_id=claimed.tenant_id,
             actor=actor,
             clock=current_clock(),
-            log=JobLog(job=job.name, job_id=claimed.id, attempt=claimed.attempt),
-            app=self.settings.app,
-            progress=self.progress,
+            app=settings.app,
+            progress_writer=self._progress_writer,
         )
 
-        self.unwinding = unwind_due(job, claimed, stored)
-        if self.unwinding:
-            self.original = original_error(claimed, stored)
-        if self.settings.observer is not None:
-            await self.settings.observer.observe(RunEvent("start", claimed, renew=self._renew))
+        if job.compensates:
+            self.unwinding = unwind_due(job, claimed, stored)
+            if self.unwinding:
+                self.original = original_error(claimed, stored)
+        if settings.observer is not None:
+            await settings.observer.observe(RunEvent("start", claimed, renew=self._renew))
 
         async def body() -> Any:
             with use_signal(signal), use_actor(actor), use_tenant(claimed.tenant_id):
@@ -262,7 +273,8 @@ class _Attempt(Settles):
                     )
                 return await job.run(value, Step(state), ctx)
 
-        task: asyncio.Task[Any] = asyncio.ensure_future(body())
+        loop = asyncio.get_running_loop()
+        task: asyncio.Task[Any] = loop.create_task(body())
         timer = None
         if job.timeout_ms is not None:
             reason = XError(
@@ -271,23 +283,36 @@ class _Attempt(Settles):
                 f"{format_duration(job.timeout_ms)}",
                 meta={"job_id": claimed.id, "timeout_ms": job.timeout_ms},
             )
-            timer = asyncio.get_running_loop().call_later(
-                job.timeout_ms / 1000, self.controller.abort, reason
-            )
-        aborted = asyncio.ensure_future(signal.wait())
+            timer = loop.call_later(job.timeout_ms / 1000, self.controller.abort, reason)
+        # the body ending or the signal aborting, whichever comes first (no task of its own)
+        first: asyncio.Future[None] = loop.create_future()
+        task.add_done_callback(lambda _: _resolve(first))
+        unsubscribe = _on_abort(signal, loop, first)
         try:
-            await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            await first
         except asyncio.CancelledError:
             task.cancel()
             raise
         finally:
             if timer is not None:
                 timer.cancel()
-            if not aborted.done():
-                aborted.cancel()
+            unsubscribe()
         if task.done():
             return await self._ended(task)
         return await self._cancelled(task)
+
+    def _progress_writer(self) -> ProgressWriter:
+        """The run's progress writer, made on the body's first ``ctx.progress``."""
+        if self.progress is None:
+            claimed = self.claimed
+            self.progress = ProgressWriter(
+                driver=self.driver,
+                job_id=claimed.id,
+                worker_id=claimed.worker_id,
+                claim=claimed.claim,
+                monotonic=self.monotonic,
+            )
+        return self.progress
 
     # --- a body that ended on its own --------------------------------------------------------
 
@@ -389,10 +414,29 @@ class _Attempt(Settles):
             )
 
 
-def _installed_bus() -> EventBus | None:
-    from .adapter import EVENT_BUS
+def _resolve(first: asyncio.Future[None]) -> None:
+    if not first.done():
+        first.set_result(None)
 
-    return installed_adapter(EVENT_BUS)
+
+def _on_abort(
+    signal: Signal, loop: asyncio.AbstractEventLoop, first: asyncio.Future[None]
+) -> Callable[[], None]:
+    """Resolve ``first`` when ``signal`` aborts, whoever aborts it (any thread), a few loop turns
+    after a body awaiting the same signal hears it: the body reacts to its own cancellation
+    first (it may stop, or raise the reason), as when the attempt waited on ``signal.wait()``."""
+
+    def later(turns: int) -> None:
+        if turns:
+            loop.call_soon(later, turns - 1)
+        else:
+            _resolve(first)
+
+    def aborted(reason: XError) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(later, 2)
+
+    return signal.add_listener(aborted)
 
 
 def _swallow(task: asyncio.Future[Any]) -> None:

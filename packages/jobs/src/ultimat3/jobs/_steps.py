@@ -25,6 +25,7 @@ from ultimat3.core import (
     any_signal,
     deadline_signal,
     format_duration,
+    installed_adapter,
     parse_duration,
     to_json_form,
     tracer,
@@ -89,6 +90,9 @@ class RunState:
     monotonic: Callable[[], float]
     claim_mono: float
     event_bus: EventBus | None = None
+    """The bus passed to the worker; resolved on the first wait (``bus()``) otherwise."""
+    fallback_bus: EventBus | None = None
+    """The worker's driver's own bus, when neither one was passed nor one is installed."""
     used: set[str] = field(default_factory=set)
     sleeps: int = 0
     ended: bool = False
@@ -113,6 +117,15 @@ class RunState:
     ) -> None:
         if self.observer is not None:
             await self.observer.observe(RunEvent(kind, self.claimed, name, state, once))
+
+    def bus(self) -> EventBus | None:
+        """The bus a wait uses: the one passed, else the one installed on ``EVENT_BUS``, else
+        the driver's own (``fallback_bus``)."""
+        if self.event_bus is None:
+            from .adapter import EVENT_BUS
+
+            self.event_bus = installed_adapter(EVENT_BUS) or self.fallback_bus
+        return self.event_bus
 
     def register(
         self, name: str, fn: Callable[..., Any] | None, output: Any, *, unknown: bool = False
@@ -441,7 +454,7 @@ class Step:
             return _parse_event(state, adapter, name, event, stored.output)
         if state.replaying:
             raise ReplayStop(name)
-        bus = state.event_bus
+        bus = state.bus()
         if bus is None:
             from .adapter import EVENT_BUS
 
