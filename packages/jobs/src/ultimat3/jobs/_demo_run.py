@@ -38,7 +38,7 @@ from ._demo_jobs import (
     trial_reminder,
 )
 from ._model import ALL_STATES, JobDetail
-from ._worker import JobWorker, job_worker
+from ._worker import WORKER_CONNECTIONS, JobWorker, job_worker
 from .adapter import JOB_DRIVER
 from .postgres import PostgresJobDriver, migrate, postgres_job_driver
 
@@ -463,8 +463,9 @@ class _Run:
 
 
 def pool_size(concurrency: int) -> int:
-    """Connections for the demo's driver: the worker's runs, the producer and the monitor."""
-    return min(40, max(4, concurrency // 2 + 2))
+    """Connections for the demo's driver: the worker's runs and its own (what ``start()``
+    requires), the producer and the monitor."""
+    return concurrency + WORKER_CONNECTIONS + 2
 
 
 async def run_demo(

@@ -52,6 +52,8 @@ DEFAULT_CLAIM_BATCH = 10
 """Rows one claim asks for when the worker has no ``max_in_flight`` cap."""
 WAKE_PROVEN_IDLE_MS = 5000
 """The idle poll's ceiling while the driver's wake is proven (``jobs.wake.live``)."""
+WORKER_CONNECTIONS = 2
+"""Connections a worker uses besides one per run in flight: its claims, its batched renewals."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,19 @@ class JobWorker:
                 f"or drop concurrency from {', '.join(capped)}",
                 meta={"jobs": capped, "driver": driver.name},
             )
+        pool = getattr(driver, "pool_size", None)  # a driver extra (Postgres)
+        if isinstance(pool, int) and self.max_in_flight is not None:
+            need, fits = self.max_in_flight + WORKER_CONNECTIONS, pool - WORKER_CONNECTIONS
+            if pool < need:
+                raise XError(
+                    "X_CONFIG_INVALID",
+                    f"the job driver's pool holds at most {pool} connections, but "
+                    f"max_in_flight={self.max_in_flight} runs (one each) and the worker's own "
+                    f"{WORKER_CONNECTIONS} (claims, renewals) need {need}",
+                    fix=f"postgres_job_driver(..., max_size={need})"
+                    + (f", or max_in_flight={fits} or less" if fits > 0 else ""),
+                    meta={"pool_size": pool, "max_in_flight": self.max_in_flight, "needed": need},
+                )
 
     async def start(self) -> None:
         """Check the configuration, register, and start polling (returns at once)."""
