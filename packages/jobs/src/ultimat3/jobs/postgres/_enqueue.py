@@ -22,6 +22,9 @@ _INSERTED: Final[Any] = object()
 WAKE_INTERVAL_S: Final = 0.25
 """At most one notification per queue per 250 ms from one process (Postgres serialises every
 notifying commit behind one lock)."""
+MAX_QUEUE_BYTES: Final = 7999
+"""A queue name is a NOTIFY payload (under 8000 bytes): a longer one is refused at enqueue, delayed
+or not, rather than stored to fail every later statement that announces its queue."""
 
 
 def _storable(value: object) -> bool:
@@ -36,6 +39,7 @@ def _plainly_valid(req: EnqueueRequest) -> bool:
     return (
         _storable(req.name)
         and _storable(req.queue)
+        and len(req.queue) <= MAX_QUEUE_BYTES // 4
         and _storable(req.idempotency_key)
         and (tenant is None or _storable(tenant))
         and (concurrency_key is None or _storable(concurrency_key))
@@ -83,6 +87,14 @@ class Enqueuer:
             check_text(getattr(req, field_name), what=f"{who}: {field_name}")
         check_uuid(req.id, what=f"{who}: id")
         check_uuid(req.run_id, what=f"{who}: run_id")
+        size = len(req.queue.encode("utf-8", "surrogatepass"))
+        if size > MAX_QUEUE_BYTES:
+            raise XError(
+                "X_INVARIANT",
+                f"{who}: the queue name {req.queue[:40]!r}... is {size} bytes; it rides the "
+                f"queue's NOTIFY payload, which holds under 8000",
+                fix="name the queue in a few words (queue='billing')",
+            )
         check_text(req.tenant_id, what=f"{who}: tenant_id", optional=True)
         check_text(req.concurrency_key, what=f"{who}: concurrency_key", optional=True)
         attempts = req.max_attempts
