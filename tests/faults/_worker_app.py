@@ -281,7 +281,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--schema", required=True)
     p.add_argument("--events", required=True)
     p.add_argument("--worker-id", default=None)
-    p.add_argument("--queues", default=QUEUE, help="comma-separated")
+    p.add_argument("--queues", default=QUEUE, help="comma-separated; '*': every job's queue")
     p.add_argument("--max-in-flight", type=int, default=None)
     p.add_argument("--pool-size", type=int, default=6)
     p.add_argument("--visibility-ms", type=int, default=1000)
@@ -336,7 +336,7 @@ async def serve(args: argparse.Namespace) -> int:
     install_job_driver(driver)
     worker = job_worker(
         jobs=JOBS,
-        queues=args.queues.split(","),
+        queues=None if args.queues == "*" else args.queues.split(","),
         max_in_flight=args.max_in_flight,
         poll_interval_ms=args.poll_ms,
         idle_poll_max_ms=args.idle_max_ms,
