@@ -96,14 +96,18 @@ class Statements:
     def __init__(self) -> None:
         self.count = 0
         self.excluded: object = None
+        self.kinds: dict[str, int] = {}
         counter = self
         cls: Any = psycopg.AsyncCursor
         execute = cls.execute
 
-        async def counted(cur: Any, *args: Any, **kwargs: Any) -> Any:
+        async def counted(cur: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
             if cur.connection is not counter.excluded:
                 counter.count += 1
-            return await execute(cur, *args, **kwargs)
+                text = query if isinstance(query, str) else str(query)
+                kind = " ".join(text.split())[:48]
+                counter.kinds[kind] = counter.kinds.get(kind, 0) + 1
+            return await execute(cur, query, *args, **kwargs)
 
         cls.execute = counted
 
@@ -140,7 +144,7 @@ async def run_floor(dsn: str, overrides: dict[str, Any]) -> Callable[[], Awaitab
         while not stopping.is_set():
             claimed = await driver.claim(
                 queues=["default"],
-                limit=FLOOR_BATCH,
+                limit=int(overrides.get("floor_batch", FLOOR_BATCH)),
                 worker_id="floor",
                 visibility_timeout_ms=30_000,
             )
@@ -239,7 +243,7 @@ async def drain_main(args: argparse.Namespace) -> None:
                     db,
                     args.jobs,
                     start,
-                    overrides,
+                    overrides if label == "worker" else {"floor_batch": args.floor_batch},
                     statements,
                     profile if label == "worker" else None,
                 )
@@ -258,6 +262,9 @@ async def drain_main(args: argparse.Namespace) -> None:
             g["jobs_per_s"] for g in rows["floor"]
         )
         print(f"  worker / floor: {ratio:.2f}")
+    if args.kinds:
+        for kind, n in sorted(statements.kinds.items(), key=lambda kv: -kv[1])[:12]:
+            print(f"  {n:7d}  {kind}")
     if profile is not None:
         profile.dump_stats(args.profile)
         stats = pstats.Stats(profile).sort_stats("tottime")
@@ -486,6 +493,8 @@ def main() -> None:
     p.add_argument("--worker", help="job_worker keywords as JSON, e.g. '{\"claim_batch\": 50}'")
     p.add_argument("--profile", metavar="FILE", help="cProfile the worker's drains into FILE")
     p.add_argument("--no-floor", action="store_true", help="skip the driver-only floor")
+    p.add_argument("--kinds", action="store_true", help="print the statements sent, by kind")
+    p.add_argument("--floor-batch", type=int, default=FLOOR_BATCH, help="the floor's claim size")
     args = p.parse_args()
     if args.mode == "drain":
         asyncio.run(drain_main(args))

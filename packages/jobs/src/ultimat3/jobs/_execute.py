@@ -286,7 +286,16 @@ class _Attempt(Settles):
             timer = loop.call_later(job.timeout_ms / 1000, self.controller.abort, reason)
         # the body ending or the signal aborting, whichever comes first (no task of its own)
         first: asyncio.Future[None] = loop.create_future()
-        task.add_done_callback(lambda _: _resolve(first))
+        body_ended = settings.body_ended
+        if body_ended is None:
+            task.add_done_callback(lambda _: _resolve(first))
+        else:
+
+            def ended(_: object) -> None:
+                _resolve(first)
+                body_ended(claimed)
+
+            task.add_done_callback(ended)
         unsubscribe = _on_abort(signal, loop, first)
         try:
             await first

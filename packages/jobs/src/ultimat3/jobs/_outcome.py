@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from ._model import ClaimedJob
     from ._observe import RunObserver
     from ._ports import EventBus
     from ._settler import Settler
@@ -50,6 +51,9 @@ class ExecutionSettings:
     much later: the worker passes its ``poll_interval_ms``."""
     observer: RunObserver | None = None
     """Told about the run as it goes (``crash_proof`` and ``simulate_jobs``); ``None`` in apps."""
+    body_ended: Callable[[ClaimedJob], None] | None = None
+    """Called once a run's body has ended (returned, raised or stopped), before its settle: the
+    worker claims its next batch while the settles travel."""
 
 
 @dataclass(frozen=True, slots=True)

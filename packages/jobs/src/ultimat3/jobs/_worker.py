@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CLAIM_BATCH = 10
 """Rows one claim asks for when the worker has no ``max_in_flight`` cap."""
+CLAIM_GROWTH = 10
+"""Without a cap, while the queue holds a backlog of runs that end before the next pass, each
+claim asks for twice the last, up to ``CLAIM_GROWTH * claim_batch`` rows."""
 WAKE_PROVEN_IDLE_MS = 5000
 """The idle poll's ceiling while the driver's wake is proven (``jobs.wake.live``)."""
 WORKER_CONNECTIONS = 2
@@ -219,7 +222,15 @@ class JobWorker:
         self._no_dead_letter = tuple(n for n, j in jobs.items() if not j.retry.dead_letter)
         self._next_queue = 0
         self._runs: dict[str, tuple[asyncio.Task[None], AbortController]] = {}
-        self._wake = asyncio.Event()
+        self._in_body: set[str] = set()
+        """Runs claimed whose body has not ended yet (or never started)."""
+        self._claim_size = claim_batch
+        self._backlog = False
+        """The last pass got all it asked for: more may be due at once."""
+        self._caught_up = False
+        """Every body claimed had ended at some moment since the last pass."""
+        self._woken = False
+        self._waiter: asyncio.Future[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._signal_loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -282,7 +293,8 @@ class JobWorker:
         self._stopping = False
         self._draining = False
         self._drain_task = None
-        self._wake = asyncio.Event()  # bound to this start's event loop
+        self._woken = False
+        self._claim_size = self._claim_batch
         await self._register()
         await self._start_wake()
         watch_worker(self)
@@ -294,7 +306,7 @@ class JobWorker:
         """Stop claiming and wait for every held run to end; aborts nothing. A SIGTERM landing
         meanwhile turns the wait into a drain."""
         self._stopping = True
-        self._wake.set()
+        self._poke()
         await self._join()
 
     async def drain(self, *, signal_name: str = "drain()") -> None:
@@ -302,7 +314,7 @@ class JobWorker:
         bodies the drain budget to stop, and wait."""
         self._stopping = True
         self._draining = True
-        self._wake.set()
+        self._poke()
         for job_id, (_, controller) in list(self._runs.items()):
             controller.abort(self._drain_reason(job_id, signal_name))
         await self._join()
@@ -310,7 +322,13 @@ class JobWorker:
     def wake(self, queue: str | None = None) -> None:
         """Pass at once: the driver's wake calls it with the queue that has a job due (``'*'``:
         any); a run ending under the cap too."""
-        self._wake.set()
+        self._poke()
+
+    def _poke(self) -> None:
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     @property
     def wake_proven(self) -> bool:
@@ -353,6 +371,7 @@ class JobWorker:
                 self._settings,
                 settler=settler_for(driver),
                 fallback_event_bus=self._settings.fallback_event_bus or driver_event_bus(driver),
+                body_ended=self._body_ended,
             )
         return self._settings
 
@@ -370,15 +389,24 @@ class JobWorker:
         self._bump("passes")
         room = self.room()
         if room is None:
+            limit = self._claim_size
+            if self._backlog and (self._caught_up or not self._in_body):
+                # a backlog, and the runs end faster than the passes claim: ask for more
+                limit = self._claim_size = min(limit * 2, CLAIM_GROWTH * self._claim_batch)
+            self._caught_up = False
             claimed = await driver.claim(
                 queues=list(self.queues),
-                limit=self._claim_batch,
+                limit=limit,
                 worker_id=self.id,
                 visibility_timeout_ms=self._settings.visibility_timeout_ms,
                 no_dead_letter=self._no_dead_letter,
             )
+            self._backlog = len(claimed) >= limit
+            if not self._backlog:
+                self._claim_size = self._claim_batch
             self._spawn(claimed)
             return len(claimed)
+        asked = room
         n = len(self.queues)
         order = [(self._next_queue + i) % n for i in range(n)]
         total = 0
@@ -401,6 +429,7 @@ class JobWorker:
                 total += len(claimed)
         if last_served is not None:
             self._next_queue = (last_served + 1) % n
+        self._backlog = total >= asked
         return total
 
     async def wait_idle(self) -> None:
@@ -409,13 +438,27 @@ class JobWorker:
             await asyncio.gather(*(t for t, _ in list(self._runs.values())))
 
     def _spawn(self, claimed: Sequence[ClaimedJob]) -> None:
+        if not claimed:
+            return
+        loop = asyncio.get_running_loop()
+        runs, in_body = self._runs, self._in_body
         for one in claimed:
             controller = AbortController()
             if self._draining:
                 controller.abort(self._drain_reason(one.id, "drain()"))
-            task = asyncio.ensure_future(self._run(one, controller))
-            self._runs[one.id] = (task, controller)
-            self._bump("claimed")
+            runs[one.id] = (loop.create_task(self._run(one, controller)), controller)
+            in_body.add(one.id)
+        self._counts["claimed"] = self._counts.get("claimed", 0) + len(claimed)
+
+    def _body_ended(self, claimed: ClaimedJob) -> None:
+        """A run's body ended (its settle is still to go out): with a backlog, pass now, so the
+        next claim travels while the settles do."""
+        in_body = self._in_body
+        in_body.discard(claimed.id)
+        if not in_body:
+            self._caught_up = True
+        if self._backlog:
+            self._poke()
 
     async def _run(self, claimed: ClaimedJob, controller: AbortController) -> None:
         try:
@@ -438,7 +481,8 @@ class JobWorker:
             )
         finally:
             self._runs.pop(claimed.id, None)
-            self._wake.set()
+            self._in_body.discard(claimed.id)
+            self._poke()
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -473,11 +517,19 @@ class JobWorker:
         return self._idle_max_s
 
     async def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or until ``wake()`` (or a run ending) pokes the loop."""
         if self._stopping:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-        self._wake.clear()
+        if not self._woken:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(seconds, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._woken = False
 
     async def _join(self) -> None:
         loop_task = self._loop_task
@@ -578,3 +630,8 @@ class JobWorker:
 
     def _bump(self, key: str) -> None:
         self._counts[key] = self._counts.get(key, 0) + 1
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
