@@ -1,17 +1,25 @@
 """Shared fixtures of the jobs tests. Postgres ones run against a real server (``DATABASE_URL``,
-default ``postgresql://postgres@127.0.0.1:5432/test``) and never skip: a missing server fails."""
+default ``postgresql://postgres@127.0.0.1:5432/test``) and never skip: a missing server fails.
+
+This folder goes on ``sys.path``: ``engine_drivers`` (the ``engine`` fixture every engine test
+runs over, memory and Postgres, and its helpers) is imported by the tests too."""
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from ultimat3.jobs.postgres import PostgresJobDriver, migrate, postgres_job_driver
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from engine_drivers import drop_schema, engine, pg_engine  # noqa: E402, F401 - fixtures
+from ultimat3.jobs.postgres import PostgresJobDriver, migrate, postgres_job_driver  # noqa: E402
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -20,13 +28,6 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
 def database_url() -> str:
     """The server the Postgres tests use."""
     return os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
-
-
-async def drop_schema(database_url: str, schema: str) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await conn.execute(
-            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-        )
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """execute_job, the one execution path: retries, terminal codes, the dead letter, timeouts,
-drains, tenants at run, heartbeats and lost leases, progress, settles, spans and metrics."""
+drains, tenants at run, heartbeats and lost leases, progress, settles, spans and metrics — on
+the memory driver and on Postgres (``engine``); what needs the frozen clock is memory-only, with a
+real-time variant on Postgres."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from uuid import UUID, uuid4
 import pytest
 from pydantic import BaseModel
 
+from engine_drivers import Engine, EngineDriver
 from ultimat3.core import (
     AbortController,
     FrozenClock,
@@ -58,10 +61,17 @@ def clock() -> Iterator[FrozenClock]:
 
 
 @pytest.fixture
-def driver(clock: FrozenClock) -> Iterator[MemoryJobDriver]:
+def memory(clock: FrozenClock) -> Iterator[MemoryJobDriver]:
+    """The memory driver alone, for the tests that drive its frozen clock."""
     d = memory_job_driver()
     with swap_adapter(JOB_DRIVER, d):
         yield d
+
+
+@pytest.fixture
+def driver(engine: Engine) -> EngineDriver:
+    """The memory driver, then Postgres: installed as JOB_DRIVER."""
+    return engine.driver
 
 
 def declare(body: Any, **over: Any) -> Job[Any, Any]:
@@ -103,9 +113,11 @@ def fails_with(exc: BaseException) -> Any:
 # --- retries and the dead letter -----------------------------------------------------------------
 
 
+# memory only: the frozen clock pins run_at exactly (variant on Postgres below)
 async def test_a_failed_attempt_is_retried_after_the_backoff(
-    driver: MemoryJobDriver, clock: FrozenClock
+    memory: MemoryJobDriver, clock: FrozenClock
 ) -> None:
+    driver = memory
     j = declare(
         fails_with(RuntimeError("boom")),
         retry=Retry(attempts=3, delay="2s", backoff="exponential", jitter="none"),
@@ -124,15 +136,44 @@ async def test_a_failed_attempt_is_retried_after_the_backoff(
     assert outcome.delay_ms == 4000  # the exponential curve, attempt 2
 
 
+async def test_on_postgres_a_failed_attempt_is_not_claimable_before_its_backoff(
+    pg_engine: Engine,
+) -> None:
+    driver = pg_engine.driver
+    j = declare(
+        fails_with(RuntimeError("boom")),
+        retry=Retry(attempts=3, delay="300ms", backoff="exponential", jitter="none"),
+    )
+    claimed = await claim_one(driver, j)
+    outcome = await execute_job(claimed, j, driver=driver)
+    settled_at = await driver.now_ms()
+    row = await driver.introspect.show(claimed.id)
+    assert (outcome.outcome, outcome.landed, outcome.delay_ms) == ("retry", True, 300)
+    assert row.state == "ready" and row.attempts == 1
+    assert row.last_error["message"] == "RuntimeError: boom"
+    assert claimed.claimed_at_ms + 300 <= to_epoch_ms(row.run_at) <= settled_at + 300
+    assert (
+        await driver.claim(queues=["default"], limit=1, worker_id="w2", visibility_timeout_ms=1000)
+        == []
+    )  # backing off: not handed out early
+    await asyncio.sleep(max(0, to_epoch_ms(row.run_at) - await driver.now_ms()) / 1000 + 0.02)
+    [again] = await driver.claim(
+        queues=["default"], limit=1, worker_id="w2", visibility_timeout_ms=1000
+    )
+    assert (again.id, again.attempt) == (claimed.id, 2)
+    assert (await execute_job(again, j, driver=driver)).delay_ms == 600  # the curve, attempt 2
+
+
 @pytest.mark.parametrize(
-    ("backoff", "delays"), [("linear", [1000, 2000, 3000]), ("fixed", [1000, 1000, 1000])]
+    ("backoff", "delays"), [("linear", [50, 100, 150]), ("fixed", [50, 50, 50])]
 )
 async def test_the_declared_curve_drives_the_backoff(
-    driver: MemoryJobDriver, clock: FrozenClock, backoff: str, delays: list[int]
+    engine: Engine, backoff: str, delays: list[int]
 ) -> None:
+    driver = engine.driver
     j = declare(
         fails_with(RuntimeError("x")),
-        retry=Retry(attempts=4, delay="1s", backoff=backoff, jitter="none"),  # type: ignore[arg-type]
+        retry=Retry(attempts=4, delay="50ms", backoff=backoff, jitter="none"),  # type: ignore[arg-type]
     )
     await j.enqueue({"org_id": str(uuid4())})
     seen = []
@@ -142,18 +183,18 @@ async def test_the_declared_curve_drives_the_backoff(
         )
         outcome = await execute_job(claimed, j, driver=driver)
         seen.append(outcome.delay_ms)
-        clock.advance(outcome.delay_ms or 0)
+        await engine.advance(outcome.delay_ms or 0)
     assert seen == delays
 
 
-async def test_equal_jitter_keeps_half_the_wait_fixed(driver: MemoryJobDriver) -> None:
+async def test_equal_jitter_keeps_half_the_wait_fixed(driver: EngineDriver) -> None:
     j = declare(fails_with(RuntimeError("x")), retry=Retry(attempts=3, delay="10s"))
     outcome, _ = await run_once(driver, j)
     assert outcome.delay_ms is not None
     assert 5000 <= outcome.delay_ms <= 10_000
 
 
-async def test_a_terminal_code_stops_on_the_attempt_that_failed(driver: MemoryJobDriver) -> None:
+async def test_a_terminal_code_stops_on_the_attempt_that_failed(driver: EngineDriver) -> None:
     j = declare(fails_with(XError("X_TEST_EXEC_TERMINAL", "wrong password")))
     outcome, row = await run_once(driver, j)
     assert outcome.outcome == "dead"
@@ -164,7 +205,7 @@ async def test_a_terminal_code_stops_on_the_attempt_that_failed(driver: MemoryJo
     assert row.last_error["meta"]["not_retried"] == "X_TEST_EXEC_TERMINAL is classified terminal"
 
 
-async def test_an_unclassified_code_is_retried(driver: MemoryJobDriver) -> None:
+async def test_an_unclassified_code_is_retried(driver: EngineDriver) -> None:
     j = declare(fails_with(XError("X_TEST_EXEC_UNCLASSIFIED", "flaky")))
     outcome, row = await run_once(driver, j)
     assert outcome.outcome == "retry"
@@ -172,7 +213,7 @@ async def test_an_unclassified_code_is_retried(driver: MemoryJobDriver) -> None:
 
 
 async def test_a_retry_after_code_waits_what_the_responder_said_clamped_by_max_delay(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     told = declare(
         fails_with(XError("X_TEST_EXEC_RETRY_AFTER", "slow down", meta={"retry_after_seconds": 7})),
@@ -189,9 +230,7 @@ async def test_a_retry_after_code_waits_what_the_responder_said_clamped_by_max_d
     assert outcome.delay_ms == 60_000
 
 
-async def test_exhausted_attempts_are_dead_lettered_with_the_error(
-    driver: MemoryJobDriver, clock: FrozenClock
-) -> None:
+async def test_exhausted_attempts_are_dead_lettered_with_the_error(driver: EngineDriver) -> None:
     j = declare(fails_with(RuntimeError("still down")), retry=Retry(attempts=2, delay=0))
     first, _ = await run_once(driver, j)
     assert first.outcome == "retry"
@@ -207,14 +246,14 @@ async def test_exhausted_attempts_are_dead_lettered_with_the_error(
     assert row.last_error["meta"]["attempts"] == 2
 
 
-async def test_dead_letter_false_settles_failed(driver: MemoryJobDriver) -> None:
+async def test_dead_letter_false_settles_failed(driver: EngineDriver) -> None:
     j = declare(fails_with(RuntimeError("x")), retry=Retry(attempts=1, dead_letter=False))
     outcome, row = await run_once(driver, j)
     assert outcome.outcome == "failed"
     assert row.state == "failed"
 
 
-async def test_a_completed_body_is_acked_with_its_json_result(driver: MemoryJobDriver) -> None:
+async def test_a_completed_body_is_acked_with_its_json_result(driver: EngineDriver) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> dict[str, Any]:
         return {"org": input.org_id, "rows": 3}
 
@@ -224,7 +263,7 @@ async def test_a_completed_body_is_acked_with_its_json_result(driver: MemoryJobD
     assert row.result == {"org": row.payload["org_id"], "rows": 3}
 
 
-async def test_an_unserialisable_result_is_terminal(driver: MemoryJobDriver) -> None:
+async def test_an_unserialisable_result_is_terminal(driver: EngineDriver) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> Any:
         return {1, b"x"}
 
@@ -236,7 +275,7 @@ async def test_an_unserialisable_result_is_terminal(driver: MemoryJobDriver) -> 
 # --- refused before the body ---------------------------------------------------------------------
 
 
-async def _queue_raw(driver: MemoryJobDriver, j: Job[Any, Any], payload: Any, tenant: str) -> None:
+async def _queue_raw(driver: EngineDriver, j: Job[Any, Any], payload: Any, tenant: str) -> None:
     await driver.enqueue(
         EnqueueRequest(
             id=str(uuid4()),
@@ -252,7 +291,7 @@ async def _queue_raw(driver: MemoryJobDriver, j: Job[Any, Any], payload: Any, te
 
 
 async def test_a_row_queued_under_another_tenant_is_refused_terminally_before_the_body(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     ran: list[int] = []
 
@@ -273,7 +312,7 @@ async def test_a_row_queued_under_another_tenant_is_refused_terminally_before_th
 
 
 async def test_a_payload_that_no_longer_parses_is_refused_terminally(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     j = declare(fails_with(RuntimeError("never")))
     await _queue_raw(driver, j, {"org_id": "not-a-uuid"}, tenant="t")
@@ -286,7 +325,7 @@ async def test_a_payload_that_no_longer_parses_is_refused_terminally(
 
 
 async def test_a_job_this_worker_does_not_know_goes_back_for_another(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     j = declare(fails_with(RuntimeError("x")), retry=Retry(attempts=2))
     claimed = await claim_one(driver, j)
@@ -303,7 +342,7 @@ async def test_a_job_this_worker_does_not_know_goes_back_for_another(
 class Recorder:
     """A driver wrapper that notes the order of events against the run's signal."""
 
-    def __init__(self, inner: MemoryJobDriver) -> None:
+    def __init__(self, inner: EngineDriver) -> None:
         self.inner = inner
         self.events: list[str] = []
         self.signal: Signal | None = None
@@ -342,7 +381,7 @@ class Recorder:
 
 
 async def test_a_timeout_aborts_the_signal_then_fails_the_attempt_then_cancels_the_body(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     spy = Recorder(driver)
 
@@ -363,7 +402,7 @@ async def test_a_timeout_aborts_the_signal_then_fails_the_attempt_then_cancels_t
     assert outcome.error is not None and outcome.error["code"] == "X_JOB_TIMEOUT"
 
 
-async def test_a_body_reading_the_signal_stops_at_the_deadline(driver: MemoryJobDriver) -> None:
+async def test_a_body_reading_the_signal_stops_at_the_deadline(driver: EngineDriver) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> None:
         reason = await ctx.signal.wait()
         raise reason
@@ -373,7 +412,7 @@ async def test_a_body_reading_the_signal_stops_at_the_deadline(driver: MemoryJob
     assert row.last_error["code"] == "X_JOB_TIMEOUT"
 
 
-async def test_after_the_deadline_a_step_refuses_to_write(driver: MemoryJobDriver) -> None:
+async def test_after_the_deadline_a_step_refuses_to_write(driver: EngineDriver) -> None:
     refused: list[str] = []
 
     async def body(input: Org, step: Any, ctx: Any) -> None:
@@ -390,7 +429,7 @@ async def test_after_the_deadline_a_step_refuses_to_write(driver: MemoryJobDrive
     assert "late" not in (await driver.introspect.show(claimed.id)).steps
 
 
-async def test_a_body_that_swallows_the_cancel_is_named_abandoned(driver: MemoryJobDriver) -> None:
+async def test_a_body_that_swallows_the_cancel_is_named_abandoned(driver: EngineDriver) -> None:
     release = asyncio.Event()
 
     async def stubborn(input: Org, step: Any, ctx: Any) -> None:
@@ -414,7 +453,7 @@ async def test_a_body_that_swallows_the_cancel_is_named_abandoned(driver: Memory
     assert abandoned[0]["how"]
 
 
-async def test_a_body_that_stops_on_cancel_logs_nothing(driver: MemoryJobDriver) -> None:
+async def test_a_body_that_stops_on_cancel_logs_nothing(driver: EngineDriver) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> None:
         await asyncio.sleep(30)
 
@@ -429,7 +468,7 @@ async def test_a_body_that_stops_on_cancel_logs_nothing(driver: MemoryJobDriver)
 
 
 async def test_a_drained_body_that_stops_goes_back_with_the_attempt_uncounted(
-    driver: MemoryJobDriver, clock: FrozenClock
+    driver: EngineDriver,
 ) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> None:
         await step.run("first", lambda s: 1)
@@ -447,12 +486,12 @@ async def test_a_drained_body_that_stops_goes_back_with_the_attempt_uncounted(
     assert outcome.outcome == "release"
     assert row.state == "ready"
     assert row.attempts == 0
-    assert to_epoch_ms(row.run_at) == clock.now_ms()
+    assert to_epoch_ms(row.run_at) <= await driver.now_ms()  # due again at once
     assert row.steps["first"].state == "completed"
 
 
 async def test_a_drained_body_ignoring_the_signal_is_cancelled_at_the_budget(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> None:
         await asyncio.sleep(30)
@@ -472,7 +511,7 @@ async def test_a_drained_body_ignoring_the_signal_is_cancelled_at_the_budget(
 
 
 async def test_a_step_finishing_inside_the_drain_budget_still_lands(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> None:
         async def save(signal: Signal) -> str:
@@ -497,7 +536,7 @@ async def test_a_step_finishing_inside_the_drain_budget_still_lands(
 
 
 async def test_a_landed_ack_leaves_the_signal_live_and_an_unowned_one_aborts_it(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     signals: list[Signal] = []
 
@@ -517,7 +556,7 @@ async def test_a_landed_ack_leaves_the_signal_live_and_an_unowned_one_aborts_it(
     assert [e["event"] for e in events] == ["jobs.settle.unowned"]
 
 
-async def test_a_failed_attempt_aborts_the_signal(driver: MemoryJobDriver) -> None:
+async def test_a_failed_attempt_aborts_the_signal(driver: EngineDriver) -> None:
     signals: list[Signal] = []
 
     async def body(input: Org, step: Any, ctx: Any) -> None:
@@ -529,7 +568,7 @@ async def test_a_failed_attempt_aborts_the_signal(driver: MemoryJobDriver) -> No
 
 
 async def test_progress_writes_at_most_once_a_second_and_always_the_last(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     now = [0.0]
     spy = Recorder(driver)
@@ -555,7 +594,7 @@ async def test_progress_writes_at_most_once_a_second_and_always_the_last(
     }
 
 
-async def test_progress_refuses_nonsense(driver: MemoryJobDriver) -> None:
+async def test_progress_refuses_nonsense(driver: EngineDriver) -> None:
     async def body(input: Org, step: Any, ctx: Any) -> None:
         ctx.progress(-1, 10)
 
@@ -595,7 +634,7 @@ class FakeCounter:
         self.adds.append((amount, dict(attributes or {})))
 
 
-async def test_heartbeats_renew_every_third_of_the_window(driver: MemoryJobDriver) -> None:
+async def test_heartbeats_renew_every_third_of_the_window(driver: EngineDriver) -> None:
     spy = Recorder(driver)
 
     async def body(input: Org, step: Any, ctx: Any) -> None:
@@ -614,7 +653,7 @@ async def test_heartbeats_renew_every_third_of_the_window(driver: MemoryJobDrive
 
 @pytest.mark.parametrize("mode", ["raise", "hang"])
 async def test_a_whole_window_without_a_renewal_loses_the_lease(
-    driver: MemoryJobDriver, monkeypatch: pytest.MonkeyPatch, mode: str
+    driver: EngineDriver, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     counter = FakeCounter()
     monkeypatch.setattr(_heartbeat, "_lost_counter", counter)
@@ -631,13 +670,111 @@ async def test_a_whole_window_without_a_renewal_loses_the_lease(
 
 
 async def test_a_refused_renewal_loses_the_lease_at_once(
-    driver: MemoryJobDriver, monkeypatch: pytest.MonkeyPatch
+    driver: EngineDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_heartbeat, "_lost_counter", FakeCounter())
     outcome, reasons, spy = await _hold(driver, "refuse", vt=300)
     assert reasons == ["X_JOB_LEASE_LOST"]
     assert spy.heartbeats == 1
     assert outcome.outcome == "lost"
+
+
+async def test_a_run_cancelled_under_its_feet_loses_its_lease_at_the_next_renewal(
+    driver: EngineDriver,
+) -> None:
+    inside = asyncio.Event()
+    reasons: list[str] = []
+
+    async def body(input: Org, step: Any, ctx: Any) -> None:
+        inside.set()
+        reason = await asyncio.wait_for(ctx.signal.wait(), timeout=5)
+        reasons.append(reason.code)
+        raise reason
+
+    j = declare(body, name="exec-cancelled")
+    claimed = await claim_one(driver, j, vt=300)
+    with capture_log_events() as events:
+        task = asyncio.ensure_future(
+            execute_job(
+                claimed, j, driver=driver, settings=ExecutionSettings(visibility_timeout_ms=300)
+            )
+        )
+        await inside.wait()
+        await driver.introspect.cancel(claimed.id, reason="an operator pulled it")
+        outcome = await task
+    assert reasons == ["X_JOB_LEASE_LOST"]  # the store refused the renewal: the claim is gone
+    assert (outcome.outcome, outcome.landed) == ("lost", False)
+    assert [e["event"] for e in events if e["event"] == "jobs.lease.lost"] == ["jobs.lease.lost"]
+    row = await driver.introspect.show(claimed.id)
+    assert row.state == "cancelled" and row.last_error["code"] == "X_ABORTED"
+
+
+async def test_a_lapsed_claim_is_reoffered_and_the_old_claims_settle_never_lands(
+    engine: Engine,
+) -> None:
+    driver = engine.driver
+    runs: list[int] = []
+
+    async def body(input: Org, step: Any, ctx: Any) -> int:
+        runs.append(ctx.attempt)
+        return ctx.attempt
+
+    j = declare(body, name="exec-lapsed")
+    stale = await claim_one(driver, j, vt=300)  # its worker stalls past the window
+    assert (
+        await driver.claim(
+            queues=["default"], limit=1, worker_id="w2", visibility_timeout_ms=30_000
+        )
+        == []
+    )  # the lease is live: nobody else gets the run
+    await engine.advance("300ms")
+    [fresh] = await driver.claim(
+        queues=["default"], limit=1, worker_id="w2", visibility_timeout_ms=30_000
+    )
+    assert (fresh.id, fresh.attempt) == (stale.id, 2) and fresh.claim != stale.claim
+    with capture_log_events() as events:
+        late = await execute_job(stale, j, driver=driver)  # the stalled worker wakes up
+    assert (late.outcome, late.landed) == ("done", False)
+    assert "jobs.settle.unowned" in [e["event"] for e in events]
+    row = await driver.introspect.show(stale.id)
+    assert (row.state, row.worker_id) == ("running", "w2")  # the fresh claim still holds it
+    done = await execute_job(fresh, j, driver=driver)
+    assert (done.outcome, done.landed) == ("done", True)
+    row = await driver.introspect.show(stale.id)
+    assert (row.state, row.result, row.attempts) == ("done", 2, 2)
+    assert runs == [1, 2]
+
+
+async def test_on_postgres_heartbeats_keep_a_run_past_its_visibility_window(
+    pg_engine: Engine,
+) -> None:
+    driver = pg_engine.driver
+    inside = asyncio.Event()
+
+    async def body(input: Org, step: Any, ctx: Any) -> str:
+        inside.set()
+        await asyncio.sleep(1.0)  # more than three 300 ms windows
+        return "finished"
+
+    j = declare(body, name="exec-long")
+    claimed = await claim_one(driver, j, vt=300)
+    task = asyncio.ensure_future(
+        execute_job(
+            claimed, j, driver=driver, settings=ExecutionSettings(visibility_timeout_ms=300)
+        )
+    )
+    await inside.wait()
+    stolen = []
+    while not task.done():  # another worker keeps asking for lapsed runs
+        stolen += await driver.claim(
+            queues=["default"], limit=1, worker_id="thief", visibility_timeout_ms=30_000
+        )
+        await asyncio.sleep(0.05)
+    outcome = await task
+    assert stolen == []
+    assert (outcome.outcome, outcome.landed) == ("done", True)
+    row = await driver.introspect.show(claimed.id)
+    assert (row.state, row.attempts, row.result) == ("done", 1, "finished")
 
 
 # --- spans and metrics ---------------------------------------------------------------------------
@@ -670,7 +807,7 @@ class FakeTracer:
 
 
 async def test_one_span_per_job_one_child_span_per_step_and_jobs_total(
-    driver: MemoryJobDriver, monkeypatch: pytest.MonkeyPatch
+    driver: EngineDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeTracer()
     counter = FakeCounter()
@@ -692,9 +829,8 @@ async def test_one_span_per_job_one_child_span_per_step_and_jobs_total(
     assert counter.adds == [(1, {"queue": "default", "outcome": "done"})]
 
 
-async def test_a_sleep_wakes_at_the_claim_plus_the_elapsed_monotonic_time(
-    driver: MemoryJobDriver, clock: FrozenClock
-) -> None:
+async def test_a_sleep_wakes_at_the_claim_plus_the_elapsed_monotonic_time(engine: Engine) -> None:
+    driver = engine.driver
     now = [100.0]
 
     async def body(input: Org, step: Any, ctx: Any) -> None:
@@ -703,7 +839,8 @@ async def test_a_sleep_wakes_at_the_claim_plus_the_elapsed_monotonic_time(
 
     j = declare(body)
     claimed = await claim_one(driver, j)
-    clock.advance("1h")  # the wall clock is not what the wake time is read from
+    if engine.clock is not None:
+        engine.clock.advance("1h")  # the wall clock is not what the wake time is read from
     outcome = await execute_job(
         claimed, j, driver=driver, settings=ExecutionSettings(monotonic=lambda: now[0])
     )
@@ -712,7 +849,7 @@ async def test_a_sleep_wakes_at_the_claim_plus_the_elapsed_monotonic_time(
     assert row.steps["sleep:1"].output == {"wake_at_ms": claimed.claimed_at_ms + 65_000}
 
 
-async def test_a_step_signal_hears_the_runs_cancellation(driver: MemoryJobDriver) -> None:
+async def test_a_step_signal_hears_the_runs_cancellation(driver: EngineDriver) -> None:
     heard: list[str] = []
 
     async def body(input: Org, step: Any, ctx: Any) -> None:
@@ -726,30 +863,38 @@ async def test_a_step_signal_hears_the_runs_cancellation(driver: MemoryJobDriver
     assert heard == ["X_JOB_TIMEOUT"]
 
 
-class _SlowAckDriver(MemoryJobDriver):
+class _SlowAck:
     """Its ack lands at once but answers late: a batched ack committing while a renewal flies."""
 
+    def __init__(self, inner: EngineDriver) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
     async def ack(self, job_id: str, **kw: Any) -> bool:
-        landed = await super().ack(job_id, **kw)
+        landed = await self.inner.ack(job_id, **kw)
         await asyncio.sleep(0.2)
         return landed
 
 
 async def test_a_renewal_refused_because_our_own_ack_landed_is_not_a_lost_lease(
-    clock: FrozenClock,
+    driver: EngineDriver,
 ) -> None:
-    driver = _SlowAckDriver()
-    with swap_adapter(JOB_DRIVER, driver):
+    slow = _SlowAck(driver)
 
-        async def body(input: Org, step: Any, ctx: Any) -> str:
-            return "ok"
+    async def body(input: Org, step: Any, ctx: Any) -> str:
+        return "ok"
 
-        j = declare(body, name="slow-ack")
-        claimed = await claim_one(driver, j, vt=150)
-        with capture_log_events() as events:
-            outcome = await execute_job(
-                claimed, j, driver=driver, settings=ExecutionSettings(visibility_timeout_ms=150)
-            )
+    j = declare(body, name="slow-ack")
+    claimed = await claim_one(driver, j, vt=150)
+    with capture_log_events() as events:
+        outcome = await execute_job(
+            claimed,
+            j,
+            driver=slow,  # type: ignore[arg-type]
+            settings=ExecutionSettings(visibility_timeout_ms=150),
+        )
     assert outcome.outcome == "done"
     assert outcome.landed
     assert [e for e in events if e["event"] == "jobs.lease.lost"] == []

@@ -1,5 +1,5 @@
 """job_worker(): configuration refusals, the room split over queues, polling, wake, stop, and
-the SIGTERM drain."""
+the SIGTERM drain — on the memory driver and on Postgres (``engine``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from engine_drivers import Engine, EngineDriver
 from ultimat3.core import FrozenClock, Signal, XError, capture_log_events, swap_adapter, use_clock
 from ultimat3.jobs import Concurrency, JobWorker, Retry, job, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER
@@ -44,21 +45,19 @@ def _job(queue: str, *, name: str | None = None, blocking: bool = False, **kw: A
 
 
 @pytest.fixture
-def clock() -> Iterator[FrozenClock]:
-    c = FrozenClock()
-    with use_clock(c):
-        yield c
-
-
-@pytest.fixture
-def driver(clock: FrozenClock) -> Iterator[MemoryJobDriver]:
-    d = memory_job_driver()
-    with swap_adapter(JOB_DRIVER, d):
+def memory() -> Iterator[MemoryJobDriver]:
+    with use_clock(FrozenClock()), swap_adapter(JOB_DRIVER, memory_job_driver()) as d:
         yield d
 
 
+@pytest.fixture
+def driver(engine: Engine) -> EngineDriver:
+    """The memory driver, then Postgres: installed as JOB_DRIVER."""
+    return engine.driver
+
+
 class ClaimSpy:
-    def __init__(self, inner: MemoryJobDriver) -> None:
+    def __init__(self, inner: EngineDriver) -> None:
         self.inner = inner
         self.claims: list[tuple[tuple[str, ...], int]] = []
 
@@ -115,7 +114,7 @@ def test_the_queues_default_to_what_the_jobs_declare() -> None:
 
 
 async def test_a_driver_without_a_lease_store_refuses_jobs_declaring_concurrency(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     class NoLeases(ClaimSpy):
         leases = None
@@ -148,7 +147,7 @@ async def _fill(counts: dict[str, int]) -> dict[str, Any]:
     return jobs
 
 
-async def test_a_pass_splits_its_room_over_the_queues(driver: MemoryJobDriver) -> None:
+async def test_a_pass_splits_its_room_over_the_queues(driver: EngineDriver) -> None:
     gate.clear()
     jobs = await _fill({"a": 5, "b": 0, "c": 5})
     spy = ClaimSpy(driver)
@@ -171,7 +170,7 @@ async def test_a_pass_splits_its_room_over_the_queues(driver: MemoryJobDriver) -
 
 
 async def test_no_queue_starves_the_next_pass_starts_after_the_last_served(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     gate.clear()
     jobs = await _fill({"a": 10, "b": 10, "c": 10})
@@ -189,7 +188,7 @@ async def test_no_queue_starves_the_next_pass_starts_after_the_last_served(
     gate.set()
 
 
-async def test_without_a_cap_one_claim_covers_every_queue(driver: MemoryJobDriver) -> None:
+async def test_without_a_cap_one_claim_covers_every_queue(driver: EngineDriver) -> None:
     jobs = await _fill({"a": 2, "b": 2})
     spy = ClaimSpy(driver)
     gate.set()
@@ -202,7 +201,7 @@ async def test_without_a_cap_one_claim_covers_every_queue(driver: MemoryJobDrive
 
 
 async def test_retry_dead_letter_false_jobs_are_named_to_the_claim(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     seen: list[Any] = []
 
@@ -220,7 +219,9 @@ async def test_retry_dead_letter_false_jobs_are_named_to_the_claim(
 # --- the loop ------------------------------------------------------------------------------------
 
 
-async def test_idle_passes_wait_longer_doubling_to_the_ceiling(driver: MemoryJobDriver) -> None:
+# memory only: on Postgres the worker starts the driver's LISTEN wake, and once it is proven the
+# ceiling is 5 s (test_worker_wake.py proves that on Postgres)
+async def test_idle_passes_wait_longer_doubling_to_the_ceiling(memory: MemoryJobDriver) -> None:
     w = job_worker(jobs=[_job("a")], poll_interval_ms=5, idle_poll_max_ms=40, handle_signals=False)
     waits: list[float] = []
     enough = asyncio.Event()
@@ -240,7 +241,7 @@ async def test_idle_passes_wait_longer_doubling_to_the_ceiling(driver: MemoryJob
 
 
 async def test_a_pass_that_finds_work_waits_only_the_poll_interval(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     gate.set()
     j = _job("a")
@@ -263,7 +264,7 @@ async def test_a_pass_that_finds_work_waits_only_the_poll_interval(
     assert waits[:3] == [0.005, 0.005, 0.01]
 
 
-async def test_wake_passes_at_once(driver: MemoryJobDriver) -> None:
+async def test_wake_passes_at_once(driver: EngineDriver) -> None:
     gate.set()
     j = _job("a")
     w = job_worker(jobs=[j], poll_interval_ms=5000, idle_poll_max_ms=10_000, handle_signals=False)
@@ -279,7 +280,7 @@ async def test_wake_passes_at_once(driver: MemoryJobDriver) -> None:
     await w.stop()
 
 
-async def test_stop_aborts_nothing_and_waits_for_the_work(driver: MemoryJobDriver) -> None:
+async def test_stop_aborts_nothing_and_waits_for_the_work(driver: EngineDriver) -> None:
     signals: list[Signal] = []
     started = asyncio.Event()
 
@@ -302,7 +303,7 @@ async def test_stop_aborts_nothing_and_waits_for_the_work(driver: MemoryJobDrive
     assert w.stats().running is False
 
 
-async def _held_worker(driver: MemoryJobDriver) -> tuple[JobWorker, str, list[str]]:
+async def _held_worker(driver: EngineDriver) -> tuple[JobWorker, str, list[str]]:
     reasons: list[str] = []
 
     async def waits(input: N, step: Any, ctx: Any) -> None:
@@ -329,7 +330,7 @@ async def _held_worker(driver: MemoryJobDriver) -> tuple[JobWorker, str, list[st
 
 
 async def test_drain_aborts_every_held_run_and_hands_it_back_uncounted(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     w, job_id, reasons = await _held_worker(driver)
     await w.drain()
@@ -347,7 +348,7 @@ def _sigterm(w: JobWorker) -> None:
         w._on_sigterm()
 
 
-async def test_sigterm_drains_the_worker(driver: MemoryJobDriver) -> None:
+async def test_sigterm_drains_the_worker(driver: EngineDriver) -> None:
     w, job_id, reasons = await _held_worker(driver)
     _sigterm(w)
     for _ in range(200):
@@ -362,7 +363,7 @@ async def test_sigterm_drains_the_worker(driver: MemoryJobDriver) -> None:
     assert "SIGTERM" in reasons[0]
 
 
-async def test_a_sigterm_during_stop_turns_the_wait_into_a_drain(driver: MemoryJobDriver) -> None:
+async def test_a_sigterm_during_stop_turns_the_wait_into_a_drain(driver: EngineDriver) -> None:
     w, job_id, reasons = await _held_worker(driver)
     stopping = asyncio.ensure_future(w.stop())
     await asyncio.sleep(0.02)
@@ -375,7 +376,7 @@ async def test_a_sigterm_during_stop_turns_the_wait_into_a_drain(driver: MemoryJ
 
 
 async def test_a_started_worker_registers_and_a_stopped_one_leaves(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     w = job_worker(jobs=[_job("a")], max_in_flight=3, poll_interval_ms=5, handle_signals=False)
     await w.start()
@@ -387,7 +388,7 @@ async def test_a_started_worker_registers_and_a_stopped_one_leaves(
     assert await driver.introspect.workers() == []
 
 
-async def test_a_failing_claim_is_logged_and_the_loop_goes_on(driver: MemoryJobDriver) -> None:
+async def test_a_failing_claim_is_logged_and_the_loop_goes_on(driver: EngineDriver) -> None:
     class Down(ClaimSpy):
         async def claim(self, **kw: Any) -> Any:
             self.claims.append(((), 0))
@@ -412,7 +413,7 @@ async def test_a_failing_claim_is_logged_and_the_loop_goes_on(driver: MemoryJobD
     assert any(e["event"] == "jobs.driver.unavailable" for e in events)
 
 
-async def test_a_drained_worker_can_start_again(driver: MemoryJobDriver) -> None:
+async def test_a_drained_worker_can_start_again(driver: EngineDriver) -> None:
     gate.set()
     j = _job("a")
     w = job_worker(jobs=[j], poll_interval_ms=5, handle_signals=False)
