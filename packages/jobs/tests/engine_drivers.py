@@ -40,14 +40,13 @@ from ultimat3.core import (
     to_epoch_ms,
     use_clock,
 )
-from ultimat3.jobs import Job, MemoryEventBus, job_worker, memory_event_bus
+from ultimat3.jobs import Job, MemoryEventBus, job_worker
 from ultimat3.jobs.adapter import EVENT_BUS, JOB_DRIVER
 from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
 from ultimat3.jobs.postgres import (
     PostgresEventBus,
     PostgresJobDriver,
     migrate,
-    postgres_event_bus,
     postgres_job_driver,
 )
 from ultimat3.jobs.testing import JobHarness
@@ -251,14 +250,14 @@ async def open_engine(kind: str, url: str) -> AsyncIterator[Engine]:
         clock = FrozenClock()
         memory = memory_job_driver()
         with use_clock(clock), swap_adapter(JOB_DRIVER, memory):
-            yield Engine("memory", memory, memory_event_bus(memory), clock)
+            yield Engine("memory", memory, memory.event_bus(), clock)
         return
     assert kind == "postgres", kind
     schema = await make_schema(url)
     pg = postgres_job_driver(url, schema=schema)
     try:
         with swap_adapter(JOB_DRIVER, pg):
-            yield Engine("postgres", pg, postgres_event_bus(pg), None, url, schema)
+            yield Engine("postgres", pg, pg.event_bus(), None, url, schema)
     finally:
         await pg.close()
         await drop_schema(url, schema)

@@ -1,9 +1,11 @@
 """The test harness: the spec's "retries only the failed step", the dead letter's replay, and
-replay determinism as a property."""
+replay determinism as a property — on the memory driver and on Postgres (``engine``); what drives
+the frozen clock is memory-only, with a real-time variant on Postgres."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -12,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from ultimat3.core import XError
+from engine_drivers import Engine
+from ultimat3.core import XError, adapter, current_clock
 from ultimat3.jobs import Retry, job
+from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.testing import JobHarness, job_harness
 
 
@@ -54,6 +58,7 @@ async def onboard_org(input: OnboardOrg, step: Any, ctx: Any) -> None:
     await step.run("nudge", lambda signal: mail.send("nudge", org))
 
 
+# memory only: the frozen clock drives the 3 d sleep (variant on Postgres below)
 async def test_onboard_org_retries_only_the_failed_step() -> None:
     run_jobs = JobHarness(jobs=[onboard_org])
     mail.fail_once("nudge")
@@ -66,6 +71,44 @@ async def test_onboard_org_retries_only_the_failed_step() -> None:
     assert trace.state == "done"
 
 
+async def test_on_postgres_onboard_org_retries_only_the_failed_step(pg_engine: Engine) -> None:
+    provisioned: list[str] = []
+
+    @job(
+        input=OnboardOrg,
+        tenant=lambda i: str(i.org_id),
+        idempotency_key=lambda i: f"onboard:{i.org_id}",
+        retry=Retry(attempts=5, backoff="exponential", delay="50ms"),
+        name="onboard-org-pg",
+    )
+    async def onboard(input: OnboardOrg, step: Any, ctx: Any) -> None:
+        def provision(signal: Any) -> dict[str, str]:
+            provisioned.append(str(input.org_id))
+            return {"id": str(input.org_id)}
+
+        org = await step.run("provision", provision)
+        await step.run("welcome-email", lambda signal: mail.send("welcome", org))
+        await step.sleep("300ms")
+        await step.run("nudge", lambda signal: mail.send("nudge", org))
+
+    h = pg_engine.harness([onboard])
+    mail.fail_once("nudge")
+    org_id = str(uuid4())
+    trace = await h(onboard, {"org_id": org_id})
+    assert trace.state == "suspended" and "nudge" not in trace.steps
+    trace = await h.drain_until("done")
+    assert trace.steps["provision"].executions == 1  # replayed from storage
+    assert trace.steps["welcome-email"].executions == 1
+    assert trace.steps["nudge"].executions == 2  # only this one retried
+    assert trace.attempts == 2
+    assert provisioned == [org_id]
+    assert [sent for sent in mail.sent if sent[1] == org_id] == [
+        ("welcome", org_id),
+        ("nudge", org_id),
+    ]
+
+
+# memory only: the frozen clock moves in steps (the Postgres variant above waits its sleep out)
 async def test_before_the_clock_moves_the_run_sleeps() -> None:
     run_jobs = JobHarness(jobs=[onboard_org])
     trace = await run_jobs(onboard_org, {"org_id": str(uuid4())})
@@ -99,9 +142,9 @@ async def three_steps(input: Plan, step: Any, ctx: Any) -> str:
     return "finished"
 
 
-async def test_a_dead_job_requeued_resumes_from_the_failed_step() -> None:
+async def test_a_dead_job_requeued_resumes_from_the_failed_step(engine: Engine) -> None:
     flaky_calls.clear()
-    async with job_harness(jobs=[three_steps]) as h:
+    async with engine.harness([three_steps]) as h:
         trace = await h(three_steps, {"key": "k1", "fail_at": "b"})
         assert trace.state == "dead"
         assert trace.last_error is not None
@@ -118,12 +161,20 @@ async def test_a_dead_job_requeued_resumes_from_the_failed_step() -> None:
     assert trace.steps["b"].executions == 2
 
 
-async def test_drain_without_work_answers_none() -> None:
-    h = JobHarness(jobs=[three_steps])
+async def test_job_harness_is_the_async_with_form_binding_its_clock_and_driver() -> None:
+    async with job_harness(jobs=[three_steps]) as h:
+        assert isinstance(h, JobHarness)
+        assert current_clock() is h.clock
+        assert adapter(JOB_DRIVER) is h.driver
+    assert current_clock() is not h.clock
+
+
+async def test_drain_without_work_answers_none(engine: Engine) -> None:
+    h = engine.harness([three_steps])
     assert await h.drain() is None
 
 
-async def test_the_harness_binds_its_driver_for_enqueues_inside_bodies() -> None:
+async def test_the_harness_binds_its_driver_for_enqueues_inside_bodies(engine: Engine) -> None:
     class Fan(BaseModel):
         n: int
 
@@ -132,7 +183,7 @@ async def test_the_harness_binds_its_driver_for_enqueues_inside_bodies() -> None
         if input.n < 3:
             await fan.enqueue({"n": input.n + 1})
 
-    h = JobHarness(jobs=[fan])
+    h = engine.harness([fan])
     await h(fan, {"n": 0})
     rows = await h.rows(name="fan")
     assert sorted(r.payload["n"] for r in rows) == [0, 1, 2, 3]
@@ -164,6 +215,7 @@ async def scripted(input: Scenario, step: Any, ctx: Any) -> None:
         await step.run(name, work)
 
 
+# memory only: a fresh harness per example (the seeded Postgres variant below shares one schema)
 @settings(max_examples=40, deadline=None)
 @given(
     plan=st.lists(
@@ -194,7 +246,25 @@ def test_every_completed_step_ran_exactly_once_whatever_fails(
     asyncio.run(scenario())
 
 
-async def test_a_self_enqueue_from_the_body_dedupes_onto_the_running_row() -> None:
+async def test_on_postgres_every_completed_step_ran_exactly_once_whatever_fails(
+    pg_engine: Engine,
+) -> None:
+    rng = random.Random(5)
+    h = pg_engine.harness([scripted])
+    for case in range(12):
+        names = rng.sample("abcdefgh", rng.randint(1, 6))
+        failures = {name: rng.randint(0, 3) for name in names}
+        calls.clear()
+        trace = await h(scripted, {"key": f"s{case}", "steps": names, "failures": failures})
+        assert trace.state == "done"
+        assert trace.attempts == 1 + sum(failures.values())
+        for name in names:
+            assert calls[name] == failures[name] + 1
+            assert trace.steps[name].executions == failures[name] + 1
+            assert trace.steps[name].output == failures[name] + 1
+
+
+async def test_a_self_enqueue_from_the_body_dedupes_onto_the_running_row(engine: Engine) -> None:
     answers: list[Any] = []
 
     class Again(BaseModel):
@@ -205,14 +275,14 @@ async def test_a_self_enqueue_from_the_body_dedupes_onto_the_running_row() -> No
         result = await rearm.enqueue(input)
         answers.append((result.deduped, result.id == ctx.job_id))
 
-    h = JobHarness(jobs=[rearm])
+    h = engine.harness([rearm])
     trace = await h(rearm, {"key": "same"})
     assert trace.state == "done"
     assert answers == [(True, True)]  # it armed nothing ...
     assert len(await h.rows(name="rearm")) == 1  # ... and no later run exists
 
 
-async def test_a_drain_that_never_settles_is_refused_not_looped_forever() -> None:
+async def test_a_drain_that_never_settles_is_refused_not_looped_forever(engine: Engine) -> None:
     class Forever(BaseModel):
         key: str
 
@@ -220,7 +290,7 @@ async def test_a_drain_that_never_settles_is_refused_not_looped_forever() -> Non
     async def forever(input: Forever, step: Any, ctx: Any) -> None:
         raise RuntimeError("again")
 
-    h = JobHarness(jobs=[forever], max_passes=5)
+    h = engine.harness([forever], max_passes=5)
     with pytest.raises(XError) as exc:
         await h(forever, {"key": "f"})
     assert exc.value.code == "X_INVARIANT"
