@@ -1,4 +1,6 @@
-"""The one ambient enqueue path: dedupe, run ids, batches, tenants, the outbox, refusals."""
+"""The one ambient enqueue path: dedupe, run ids, batches, tenants, the outbox, refusals — on the
+memory driver and on Postgres (``engine``), where an enqueue inside ``transaction(pool)`` commits
+or vanishes with it."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
+from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 
+from engine_drivers import Engine, EngineDriver
 from ultimat3.core import (
     SYSTEM_ACTOR,
     AbortController,
@@ -19,6 +23,7 @@ from ultimat3.core import (
     cross_tenant,
     is_lowercase_uuid,
     swap_adapter,
+    to_epoch_ms,
     use_actor,
     use_clock,
     use_connection,
@@ -26,8 +31,9 @@ from ultimat3.core import (
 )
 from ultimat3.jobs import MAX_ENQUEUE_BATCH, Concurrency, EnqueueResult, Retry, job, outbox_relay
 from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE, EnqueueRequest
-from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
+from ultimat3.jobs.drivers.memory import memory_job_driver
 from ultimat3.jobs.drivers.memory_outbox import MemoryTransaction, memory_outbox_store
+from ultimat3.jobs.postgres import transaction
 
 
 class Org(BaseModel):
@@ -58,10 +64,10 @@ other_name = job(
 
 
 class SpyDriver:
-    """A memory driver that counts the calls reaching the port."""
+    """A driver that counts the calls reaching the port."""
 
-    def __init__(self) -> None:
-        self.inner = memory_job_driver()
+    def __init__(self, inner: EngineDriver) -> None:
+        self.inner = inner
         self.many_calls: list[int] = []
         self.one_calls = 0
 
@@ -87,15 +93,14 @@ def clock() -> Iterator[FrozenClock]:
 
 
 @pytest.fixture
-def driver(clock: FrozenClock) -> Iterator[MemoryJobDriver]:
-    d = memory_job_driver()
-    with swap_adapter(JOB_DRIVER, d):
-        yield d
+def driver(engine: Engine) -> EngineDriver:
+    """The memory driver, then Postgres: installed as JOB_DRIVER."""
+    return engine.driver
 
 
 @pytest.fixture
-def spy(clock: FrozenClock) -> Iterator[SpyDriver]:
-    d = SpyDriver()
+def spy(engine: Engine) -> Iterator[SpyDriver]:
+    d = SpyDriver(engine.driver)
     with swap_adapter(JOB_DRIVER, d):  # type: ignore[arg-type]
         yield d
 
@@ -104,11 +109,11 @@ def org() -> dict[str, str]:
     return {"org_id": str(uuid4())}
 
 
-async def _rows(driver: MemoryJobDriver) -> list[Any]:
+async def _rows(driver: EngineDriver) -> list[Any]:
     return await driver.introspect.list(limit=200)
 
 
-async def test_enqueue_answers_the_new_rows_ids(driver: MemoryJobDriver) -> None:
+async def test_enqueue_answers_the_new_rows_ids(driver: EngineDriver) -> None:
     i = org()
     result = await onboard.enqueue(i)
     assert isinstance(result, EnqueueResult)
@@ -126,14 +131,14 @@ async def test_enqueue_answers_the_new_rows_ids(driver: MemoryJobDriver) -> None
     assert row.payload == {"org_id": i["org_id"], "note": ""}
 
 
-async def test_the_model_itself_is_an_input(driver: MemoryJobDriver) -> None:
+async def test_the_model_itself_is_an_input(driver: EngineDriver) -> None:
     oid = uuid4()
     result = await onboard.enqueue(Org(org_id=oid))
     assert (await driver.introspect.show(result.id)).payload["org_id"] == str(oid)
 
 
 async def test_a_live_key_dedupes_onto_the_live_row_and_the_first_payload_wins(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     oid = str(uuid4())
     first = await onboard.enqueue({"org_id": oid, "note": "first"})
@@ -143,7 +148,7 @@ async def test_a_live_key_dedupes_onto_the_live_row_and_the_first_payload_wins(
     assert (await driver.introspect.show(first.id)).payload["note"] == "first"
 
 
-async def test_a_running_row_holds_its_key(driver: MemoryJobDriver) -> None:
+async def test_a_running_row_holds_its_key(driver: EngineDriver) -> None:
     i = org()
     first = await onboard.enqueue(i)
     claimed = await driver.claim(
@@ -155,7 +160,7 @@ async def test_a_running_row_holds_its_key(driver: MemoryJobDriver) -> None:
     assert again.id == first.id
 
 
-async def test_a_terminal_row_frees_its_key_at_once(driver: MemoryJobDriver) -> None:
+async def test_a_terminal_row_frees_its_key_at_once(driver: EngineDriver) -> None:
     i = org()
     first = await onboard.enqueue(i)
     [c] = await driver.claim(queues=["default"], limit=1, worker_id="w", visibility_timeout_ms=1000)
@@ -165,7 +170,7 @@ async def test_a_terminal_row_frees_its_key_at_once(driver: MemoryJobDriver) -> 
     assert again.id != first.id
 
 
-async def test_the_key_is_scoped_by_job_name_and_tenant(driver: MemoryJobDriver) -> None:
+async def test_the_key_is_scoped_by_job_name_and_tenant(driver: EngineDriver) -> None:
     i = org()
     a = await onboard.enqueue(i)
     b = await other_name.enqueue(i)  # same key, another job
@@ -176,7 +181,7 @@ async def test_the_key_is_scoped_by_job_name_and_tenant(driver: MemoryJobDriver)
     assert e.deduped and e.id == d.id
 
 
-async def test_a_given_run_id_names_the_run(driver: MemoryJobDriver) -> None:
+async def test_a_given_run_id_names_the_run(driver: EngineDriver) -> None:
     run_id = str(uuid4())
     result = await onboard.enqueue(org(), run_id=run_id)
     assert result.run_id == run_id
@@ -185,7 +190,7 @@ async def test_a_given_run_id_names_the_run(driver: MemoryJobDriver) -> None:
 
 @pytest.mark.parametrize("bad", ["not-a-uuid", "0193A0B2-7C4D-7E8F-9A0B-1C2D3E4F5A6B", "", 42])
 async def test_a_bad_run_id_is_refused_before_anything_is_queued(
-    driver: MemoryJobDriver, bad: Any
+    driver: EngineDriver, bad: Any
 ) -> None:
     with pytest.raises(XError) as exc:
         await onboard.enqueue(org(), run_id=bad)
@@ -194,7 +199,7 @@ async def test_a_bad_run_id_is_refused_before_anything_is_queued(
     assert await _rows(driver) == []
 
 
-async def test_a_bad_run_id_stages_nothing_either(driver: MemoryJobDriver) -> None:
+async def test_a_bad_run_id_stages_nothing_either(driver: EngineDriver) -> None:
     store = memory_outbox_store()
     with swap_adapter(OUTBOX_STORE, store), MemoryTransaction() as tx, use_connection(tx):
         with pytest.raises(XError) as exc:
@@ -203,13 +208,13 @@ async def test_a_bad_run_id_stages_nothing_either(driver: MemoryJobDriver) -> No
     assert store.unpublished() == []
 
 
-async def test_delay_and_run_at_schedule_the_row(
-    driver: MemoryJobDriver, clock: FrozenClock
-) -> None:
+async def test_delay_and_run_at_schedule_the_row(driver: EngineDriver) -> None:
+    before = await driver.now_ms()
     later = await onboard.enqueue(org(), delay="1h")
+    after = await driver.now_ms()
     row = await driver.introspect.show(later.id)
     assert row.state == "delayed"
-    assert row.run_at == datetime.fromtimestamp((clock.now_ms() + 3_600_000) / 1000, UTC)
+    assert before + 3_600_000 <= to_epoch_ms(row.run_at) <= after + 3_600_000  # the driver's now
     at = datetime(2030, 1, 1, tzinfo=UTC)
     fixed = await onboard.enqueue(org(), run_at=at)
     assert (await driver.introspect.show(fixed.id)).run_at == at
@@ -317,14 +322,14 @@ async def test_an_ambient_actor_of_another_org_is_a_mismatch(spy: SpyDriver) -> 
     assert spy.one_calls == 0 and spy.many_calls == []
 
 
-async def test_the_same_org_everywhere_is_fine(driver: MemoryJobDriver) -> None:
+async def test_the_same_org_everywhere_is_fine(driver: EngineDriver) -> None:
     i = org()
     with use_actor(Actor(id="u", org_id=i["org_id"])):
         r = await onboard.enqueue(i, tenant_id=i["org_id"])
     assert (await driver.introspect.show(r.id)).tenant_id == i["org_id"]
 
 
-async def test_cross_tenant_admits_the_ambient_check_only(driver: MemoryJobDriver) -> None:
+async def test_cross_tenant_admits_the_ambient_check_only(driver: EngineDriver) -> None:
     crosser = Actor(id="ops", org_id="org-b", permissions=frozenset({"tenancy:cross"}))
     i = org()
     with use_actor(crosser):
@@ -338,7 +343,7 @@ async def test_cross_tenant_admits_the_ambient_check_only(driver: MemoryJobDrive
         assert exc.value.code == "X_JOB_TENANT_MISMATCH"
 
 
-async def test_an_actor_with_no_org_is_never_compared(driver: MemoryJobDriver) -> None:
+async def test_an_actor_with_no_org_is_never_compared(driver: EngineDriver) -> None:
     i = org()
     with use_actor(SYSTEM_ACTOR):
         r = await onboard.enqueue(i)
@@ -348,7 +353,7 @@ async def test_an_actor_with_no_org_is_never_compared(driver: MemoryJobDriver) -
         assert (await driver.introspect.show(result.id)).tenant_id is not None
 
 
-async def test_a_none_tenant_job_takes_only_an_explicit_tenant(driver: MemoryJobDriver) -> None:
+async def test_a_none_tenant_job_takes_only_an_explicit_tenant(driver: EngineDriver) -> None:
     with use_actor(Actor(id="u", org_id="org-ambient")):
         ambient = await untenanted.enqueue(org())
         explicit = await untenanted.enqueue(org(), tenant_id="org-x")
@@ -363,7 +368,7 @@ async def test_a_none_tenant_job_takes_only_an_explicit_tenant(driver: MemoryJob
     assert (await show(as_orgless.id)).tenant_id is None
 
 
-async def test_an_empty_tenant_id_is_refused(driver: MemoryJobDriver) -> None:
+async def test_an_empty_tenant_id_is_refused(driver: EngineDriver) -> None:
     with pytest.raises(XError) as exc:
         await untenanted.enqueue(org(), tenant_id="")
     assert exc.value.code == "X_INVARIANT"
@@ -380,7 +385,7 @@ async def test_with_no_driver_installed_the_enqueue_names_the_fix(clock: FrozenC
 
 
 async def test_inside_a_transaction_the_enqueue_is_staged_and_commit_is_the_enqueue(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     store = memory_outbox_store()
     with swap_adapter(OUTBOX_STORE, store):
@@ -394,7 +399,7 @@ async def test_inside_a_transaction_the_enqueue_is_staged_and_commit_is_the_enqu
     assert row.run_id == staged.run_id
 
 
-async def test_a_rolled_back_enqueue_never_existed(driver: MemoryJobDriver) -> None:
+async def test_a_rolled_back_enqueue_never_existed(driver: EngineDriver) -> None:
     store = memory_outbox_store()
     with swap_adapter(OUTBOX_STORE, store):
 
@@ -410,7 +415,7 @@ async def test_a_rolled_back_enqueue_never_existed(driver: MemoryJobDriver) -> N
     assert await _rows(driver) == []
 
 
-async def test_a_staged_batch_dedupes_shared_keys_inside_it(driver: MemoryJobDriver) -> None:
+async def test_a_staged_batch_dedupes_shared_keys_inside_it(driver: EngineDriver) -> None:
     store = memory_outbox_store()
     i = org()
     with swap_adapter(OUTBOX_STORE, store):
@@ -421,7 +426,7 @@ async def test_a_staged_batch_dedupes_shared_keys_inside_it(driver: MemoryJobDri
 
 
 async def test_a_transaction_nobody_can_join_is_refused_not_enqueued_outside_it(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     with use_connection(object()), pytest.raises(XError) as exc:
         await onboard.enqueue(org())
@@ -442,14 +447,58 @@ async def test_a_driver_that_owns_the_connection_enqueues_on_it(clock: FrozenClo
             return await super().enqueue(request, connection=connection)
 
     conn = object()
-    d = Owning()
+    d = Owning(memory_job_driver())
     with swap_adapter(JOB_DRIVER, d), use_connection(conn):  # type: ignore[arg-type]
         await onboard.enqueue(org())
     assert seen == [conn]
 
 
+async def test_on_postgres_an_enqueue_inside_a_transaction_commits_or_vanishes_with_it(
+    pg_engine: Engine,
+) -> None:
+    driver = pg_engine.driver
+    assert pg_engine.database_url is not None
+    store = memory_outbox_store()  # installed, yet the driver joins the transaction itself
+    i = org()
+    async with AsyncConnectionPool(pg_engine.database_url, min_size=1, open=False) as pool:
+        with swap_adapter(OUTBOX_STORE, store):
+            async with transaction(pool):
+                kept = await onboard.enqueue(i)
+                again = await onboard.enqueue(i)  # the transaction sees its own row
+                many = await onboard.enqueue_many([org(), org(), i])
+                assert again == EnqueueResult(kept.id, kept.run_id, deduped=True)
+                assert many[2] == again
+                assert await _rows(driver) == []  # nobody outside sees it before the commit
+                assert (
+                    await driver.claim(
+                        queues=["default"], limit=10, worker_id="w", visibility_timeout_ms=30_000
+                    )
+                    == []
+                )
+
+            async def fails_after_enqueueing() -> str:
+                async with transaction(pool):
+                    dropped = await onboard.enqueue(org())
+                    await onboard.enqueue_many([org(), org()])
+                    assert (await onboard.enqueue(i)).id == kept.id  # committed: the live row
+                    raise RuntimeError(dropped.id)
+
+            with pytest.raises(RuntimeError) as failed:
+                await fails_after_enqueueing()
+    assert store.unpublished() == []  # nothing was staged: the rows went in the transaction
+    rows = await _rows(driver)
+    assert sorted(r.id for r in rows) == sorted([kept.id, many[0].id, many[1].id])
+    assert {r.state for r in rows} == {"ready"}
+    with pytest.raises(XError) as missing:
+        await driver.introspect.show(str(failed.value))
+    assert missing.value.code == "X_JOB_NOT_FOUND"  # rolled back: it never existed
+    h = pg_engine.harness([onboard])
+    await h.drain()
+    assert {r.state for r in await _rows(driver)} == {"done"}
+
+
 async def test_under_an_aborted_signal_an_enqueue_rethrows_the_reason(
-    driver: MemoryJobDriver,
+    driver: EngineDriver,
 ) -> None:
     controller = AbortController()
     controller.abort(XError("X_DRAINING", "worker w is draining"))

@@ -1,4 +1,5 @@
-"""The outbox relay: committed staged rows reach the driver under their staged ids."""
+"""The outbox relay: committed staged rows reach the driver under their staged ids — the memory
+driver and Postgres (``engine``), from the memory outbox store."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from ultimat3.core import FrozenClock, capture_log_events, swap_adapter, use_clock, use_connection
+from engine_drivers import Engine, EngineDriver
+from ultimat3.core import capture_log_events, swap_adapter, use_connection
 from ultimat3.jobs import job, outbox_relay
-from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE, EnqueueRequest
-from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
+from ultimat3.jobs.adapter import OUTBOX_STORE, EnqueueRequest
 from ultimat3.jobs.drivers.memory_outbox import (
     MemoryOutboxStore,
     MemoryTransaction,
@@ -33,7 +34,7 @@ numbered = job(input=N, idempotency_key=lambda i: f"n:{i.n}", name="numbered", r
 class Flaky:
     """A driver whose batch enqueue fails, and whose single enqueue fails on one job."""
 
-    def __init__(self, inner: MemoryJobDriver, poison: int) -> None:
+    def __init__(self, inner: EngineDriver, poison: int) -> None:
         self.inner = inner
         self.poison = poison
         self.batches = 0
@@ -52,11 +53,9 @@ class Flaky:
 
 
 @pytest.fixture
-def driver() -> Iterator[MemoryJobDriver]:
-    with use_clock(FrozenClock()):
-        d = memory_job_driver()
-        with swap_adapter(JOB_DRIVER, d):
-            yield d
+def driver(engine: Engine) -> EngineDriver:
+    """The memory driver, then Postgres: installed as JOB_DRIVER."""
+    return engine.driver
 
 
 @pytest.fixture
@@ -73,7 +72,7 @@ async def _stage(count: int) -> list[str]:
 
 
 async def test_a_pass_publishes_the_committed_rows_under_their_staged_ids(
-    driver: MemoryJobDriver, store: MemoryOutboxStore
+    driver: EngineDriver, store: MemoryOutboxStore
 ) -> None:
     ids = await _stage(3)
     assert await outbox_relay() == 3
@@ -84,7 +83,7 @@ async def test_a_pass_publishes_the_committed_rows_under_their_staged_ids(
 
 
 async def test_a_batch_is_bounded_by_batch_size(
-    driver: MemoryJobDriver, store: MemoryOutboxStore
+    driver: EngineDriver, store: MemoryOutboxStore
 ) -> None:
     await _stage(5)
     assert await outbox_relay(batch_size=2) == 2
@@ -92,7 +91,7 @@ async def test_a_batch_is_bounded_by_batch_size(
 
 
 async def test_a_failed_batch_falls_back_to_the_row_loop_up_to_the_poison_row(
-    driver: MemoryJobDriver, store: MemoryOutboxStore
+    driver: EngineDriver, store: MemoryOutboxStore
 ) -> None:
     ids = await _stage(4)
     flaky = Flaky(driver, poison=2)
@@ -109,7 +108,7 @@ async def test_a_failed_batch_falls_back_to_the_row_loop_up_to_the_poison_row(
 
 
 async def test_a_batch_republished_after_a_crash_before_its_mark_adds_no_row(
-    driver: MemoryJobDriver, store: MemoryOutboxStore
+    driver: EngineDriver, store: MemoryOutboxStore
 ) -> None:
     await _stage(2)
     batch = await store.claim_batch(limit=10, lease_ms=1)
