@@ -1,10 +1,10 @@
 """What the fault tests share: worker processes, bounded waits, and the "nothing lost" checks
 over a schema of the test's own.
 
-"Nothing lost": every committed enqueue ends ``done``, ``dead`` or ``cancelled``, none stays
-``running``, and a step that was recorded completed never ran again — no execution of its
-function (``fault_effects``, written by the function itself) STARTED after the statement that
-recorded it completed.
+"Nothing lost": every committed enqueue ends ``done``, ``dead`` or ``cancelled`` (``failed``
+for a job without a dead letter), none stays ``running``, and a step that was recorded completed
+never ran again — no execution of its function (``fault_effects``, written by the function
+itself) STARTED after the statement that recorded it completed.
 """
 
 from __future__ import annotations
