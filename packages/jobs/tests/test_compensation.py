@@ -1,22 +1,22 @@
 """Compensation: only once the run failed for good, last-in first-out as compensate:<name>, the
 durable unwind (unwinding, the replay that only re-registers), UNWIND_MARGIN, a throwing
-compensator, once + compensate, the row's error, and x jobs retry continuing the unwind."""
+compensator, once + compensate, the row's error, and x jobs retry continuing the unwind — on the
+memory driver and on Postgres (``harness``); what drives the frozen clock is memory-only, with a
+real-time variant on Postgres."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 from pydantic import BaseModel
 
+from engine_drivers import Engine
 from ultimat3.core import Signal, XError, register_error_retry
 from ultimat3.jobs import Job, Retry, job
 from ultimat3.jobs._compensation import UNWIND_MARGIN
-from ultimat3.jobs.postgres import migrate, postgres_job_driver
 from ultimat3.jobs.testing import JobHarness
 
 Harness = Callable[[Sequence[Job[Any, Any]]], JobHarness]
@@ -27,21 +27,10 @@ def _classified() -> None:
     register_error_retry({"X_TEST_COMP_TERMINAL": "terminal"})
 
 
-@pytest.fixture(params=["memory", "postgres"])
-async def harness(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Harness]:
-    """A harness on the memory driver, or on a Postgres driver over a schema of its own."""
-    if request.param == "memory":
-        yield lambda jobs: JobHarness(jobs=jobs)
-        return
-    schema = f"x_test_{uuid.uuid4().hex[:16]}"
-    await migrate(database_url, schema=schema)
-    pg = postgres_job_driver(database_url, schema=schema)
-    try:
-        yield lambda jobs: JobHarness(jobs=jobs, driver=pg)
-    finally:
-        await pg.close()
-        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
-            await c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+@pytest.fixture
+def harness(engine: Engine) -> Harness:
+    """A harness on the memory driver, then on Postgres (real time)."""
+    return lambda jobs: engine.harness(jobs)
 
 
 class Order(BaseModel):
@@ -141,10 +130,12 @@ async def test_a_run_failed_for_good_is_unwound_last_in_first_out_and_keeps_its_
     assert trace.steps["charge"].executions == 1  # the replay never called fn
 
 
-async def test_final_attempt_reports_on_retry_attempts_not_the_rows_max_attempts() -> None:
+async def test_final_attempt_reports_on_retry_attempts_not_the_rows_max_attempts(
+    harness: Harness,
+) -> None:
     shop = Shop()
     checkout_job = checkout(shop)
-    await JobHarness(jobs=[checkout_job])(checkout_job, {})
+    await harness([checkout_job])(checkout_job, {})
     assert [e for e in shop.log if e.startswith("attempt")] == [
         "attempt 1 final=False",
         "attempt 2 final=False",
@@ -153,11 +144,11 @@ async def test_final_attempt_reports_on_retry_attempts_not_the_rows_max_attempts
     ]
 
 
-async def test_a_terminal_code_unwinds_without_spending_the_attempts() -> None:
+async def test_a_terminal_code_unwinds_without_spending_the_attempts(harness: Harness) -> None:
     shop = Shop()
     shop.ship_error = XError("X_TEST_COMP_TERMINAL", "address refused")
     checkout_job = checkout(shop, attempts=5)
-    trace = await JobHarness(jobs=[checkout_job])(checkout_job, {})
+    trace = await harness([checkout_job])(checkout_job, {})
     assert effects(shop) == ["charge", "reserve", "ship", "release rs_1", "refund ch_1"]
     assert trace.state == "dead" and trace.attempts == 2
     assert trace.last_error is not None
@@ -165,16 +156,17 @@ async def test_a_terminal_code_unwinds_without_spending_the_attempts() -> None:
     assert "not retried" in trace.last_error["message"]
 
 
-async def test_a_run_that_succeeds_on_a_retry_is_never_compensated() -> None:
+async def test_a_run_that_succeeds_on_a_retry_is_never_compensated(harness: Harness) -> None:
     shop = Shop()
     shop.ship_fails = 2
     checkout_job = checkout(shop)
-    trace = await JobHarness(jobs=[checkout_job])(checkout_job, {})
+    trace = await harness([checkout_job])(checkout_job, {})
     assert trace.state == "done"
     assert not [e for e in effects(shop) if e.startswith(("refund", "release"))]
     assert "unwinding" not in trace.steps
 
 
+# memory only: the frozen clock moves past the sleep (variant on Postgres below)
 async def test_a_suspension_and_a_cancel_are_never_compensated() -> None:
     shop = Shop()
 
@@ -194,9 +186,28 @@ async def test_a_suspension_and_a_cancel_are_never_compensated() -> None:
     assert (await h.trace(trace.id)).state == "cancelled"
 
 
-async def test_a_drain_is_never_compensated() -> None:
-    import asyncio
+async def test_on_postgres_a_suspension_and_a_cancel_are_never_compensated(
+    pg_engine: Engine,
+) -> None:
+    shop = Shop()
 
+    @job(input=Order, idempotency_key=_key, compensates=True, name="sleepy")
+    async def sleepy(input: Order, step: Any, ctx: Any) -> None:
+        await step.run("charge", shop.charge, compensate=shop.refund)
+        await step.sleep("200ms")
+
+    h = pg_engine.harness([sleepy])
+    trace = await h(sleepy, {})
+    assert trace.state == "suspended"
+    await pg_engine.driver.introspect.cancel(trace.id, reason="customer changed their mind")
+    await asyncio.sleep(0.25)  # past the wake time
+    await h.drain()
+    assert effects(shop) == ["charge"]
+    trace = await h.trace(trace.id)
+    assert trace.state == "cancelled" and "unwinding" not in trace.steps
+
+
+async def test_a_drain_is_never_compensated(harness: Harness) -> None:
     shop = Shop()
     started = asyncio.Event()
 
@@ -207,7 +218,7 @@ async def test_a_drain_is_never_compensated() -> None:
         await ctx.signal.wait()
         ctx.signal.throw_if_aborted()
 
-    h = JobHarness(jobs=[drained])
+    h = harness([drained])
     await h.enqueue(drained, {})
     with h.bound():
         await h.worker.run_pass()
@@ -255,13 +266,15 @@ async def test_a_throwing_compensator_goes_back_while_the_unwind_has_attempts_th
     assert "carrier down" in trace.last_error["message"]  # back to the original failure
 
 
-async def test_while_a_compensator_retries_the_rows_error_stays_the_original() -> None:
+async def test_while_a_compensator_retries_the_rows_error_stays_the_original(
+    harness: Harness,
+) -> None:
     shop = Shop()
     shop.ship_fails = 1
     shop.release_fails = 1
     shop.ship_error = XError("X_TEST_COMP_TERMINAL", "refused")
-    checkout_job = checkout(shop, delay="1s")
-    h = JobHarness(jobs=[checkout_job])
+    checkout_job = checkout(shop, delay="300ms")
+    h = harness([checkout_job])
     await h.enqueue(checkout_job, {})
     await h.drain(advance_retries=False)  # ship refused, handed to the unwind, release threw
     trace = await h.trace()
@@ -276,7 +289,7 @@ async def test_while_a_compensator_retries_the_rows_error_stays_the_original() -
     assert trace_done.last_error["code"] == "X_TEST_COMP_TERMINAL"
 
 
-async def test_a_replay_skips_the_compensators_already_recorded() -> None:
+async def test_a_replay_skips_the_compensators_already_recorded(harness: Harness) -> None:
     shop = Shop()
     refunds = {"n": 0}
 
@@ -291,13 +304,14 @@ async def test_a_replay_skips_the_compensators_already_recorded() -> None:
         await step.run("reserve", shop.reserve, compensate=shop.release)
         raise RuntimeError("nope")
 
-    trace = await JobHarness(jobs=[two])(two, {})
+    trace = await harness([two])(two, {})
     assert trace.state == "dead"
     assert effects(shop).count("release rs_1") == 1  # not undone twice by the second unwind
     assert refunds["n"] == 2
     assert trace.steps["compensate:charge"].executions == 2
 
 
+# memory only: the frozen clock moves past the lease (variant on Postgres below)
 async def test_a_crash_on_the_final_attempt_is_reoffered_and_unwinds() -> None:
     shop = Shop()
     checkout_job = checkout(shop, attempts=1)
@@ -321,6 +335,37 @@ async def test_a_crash_on_the_final_attempt_is_reoffered_and_unwinds() -> None:
     trace = await h.drain()
     assert trace is not None and trace.state == "dead"
     assert effects(shop) == ["refund ch_9"]  # unwound, the forward path never ran again
+    assert trace.last_error is not None
+    assert trace.last_error["code"] == "X_JOB_LEASE_LOST"
+    assert "final attempt" in trace.last_error["message"]
+
+
+async def test_on_postgres_a_crash_on_the_final_attempt_is_reoffered_and_unwinds(
+    pg_engine: Engine,
+) -> None:
+    shop = Shop()
+    checkout_job = checkout(shop, attempts=1)
+    h = pg_engine.harness([checkout_job])
+    r = await h.enqueue(checkout_job, {})
+    driver = pg_engine.driver
+    # the only forward attempt is claimed and its worker dies before it settles
+    [claimed] = await driver.claim(
+        queues=["default"], limit=1, worker_id="dead", visibility_timeout_ms=300
+    )
+    assert claimed.max_attempts == 1 + UNWIND_MARGIN
+    assert await driver.steps.record(
+        r.id,
+        "charge",
+        state="completed",
+        worker_id="dead",
+        claim=claimed.claim,
+        output={"id": "ch_9"},
+    )
+    assert (await h.drain()).state == "running"  # type: ignore[union-attr] - the lease holds
+    await asyncio.sleep(0.32)  # the dead worker's lease lapses
+    trace = await h.drain_until("dead")
+    assert effects(shop) == ["refund ch_9"]  # unwound, the forward path never ran again
+    assert trace.attempts == 2 and trace.steps["compensate:charge"].state == "completed"
     assert trace.last_error is not None
     assert trace.last_error["code"] == "X_JOB_LEASE_LOST"
     assert "final attempt" in trace.last_error["message"]
@@ -376,30 +421,30 @@ async def test_once_with_an_unknown_outcome_stops_the_unwind_at_once_until_resol
     assert attempts_when_stopped == 3  # 1 (failed), 2 (unknown, for good), 3 (stopped)
 
 
-async def test_a_dropped_job_unwinds_too_and_settles_failed() -> None:
+async def test_a_dropped_job_unwinds_too_and_settles_failed(harness: Harness) -> None:
     shop = Shop()
     checkout_job = checkout(shop, attempts=1, dead_letter=False)
-    trace = await JobHarness(jobs=[checkout_job])(checkout_job, {})
+    trace = await harness([checkout_job])(checkout_job, {})
     assert trace.state == "failed"
     assert effects(shop)[-2:] == ["release rs_1", "refund ch_1"]
 
 
-async def test_a_failure_before_any_compensable_step_writes_no_unwind() -> None:
+async def test_a_failure_before_any_compensable_step_writes_no_unwind(harness: Harness) -> None:
     @job(input=Order, idempotency_key=_key, compensates=True, retry=Retry(attempts=1))
     async def early(input: Order, step: Any, ctx: Any) -> None:
         raise RuntimeError("before anything")
 
-    trace = await JobHarness(jobs=[early])(early, {})
+    trace = await harness([early])(early, {})
     assert trace.state == "dead" and trace.attempts == 1
     assert "unwinding" not in trace.steps
 
 
-async def test_a_compensate_that_is_not_callable_is_refused() -> None:
+async def test_a_compensate_that_is_not_callable_is_refused(harness: Harness) -> None:
     @job(input=Order, idempotency_key=_key, compensates=True, retry=Retry(attempts=1))
     async def bad(input: Order, step: Any, ctx: Any) -> None:
         await step.run("charge", lambda s: 1, compensate="refund")
 
-    trace = await JobHarness(jobs=[bad])(bad, {})
+    trace = await harness([bad])(bad, {})
     assert trace.last_error is not None
     assert trace.last_error["code"] == "X_JOB_DECLARATION_INVALID"
     assert "compensate" in trace.last_error["message"]

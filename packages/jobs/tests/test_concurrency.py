@@ -1,19 +1,18 @@
 """Fleet-wide concurrency at claim: the lease key, 'wait' and 'fail', a run's own slot, key()
 throwing, the TTL and its renewal, a lost slot, the release at the settle — on the memory driver
-and, where it is cheap, on Postgres."""
+and on Postgres (``engine``); the TTL on the frozen clock is memory-only, with a real-time variant
+on Postgres."""
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 from pydantic import BaseModel
 
+from engine_drivers import Engine, EngineDriver
 from ultimat3.core import (
     FrozenClock,
     Signal,
@@ -26,8 +25,6 @@ from ultimat3.core import (
 from ultimat3.jobs import Concurrency, ExecutionSettings, Job, Retry, execute_job, job, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER, ClaimedJob, JobDriver
 from ultimat3.jobs.drivers.memory import memory_job_driver
-from ultimat3.jobs.postgres import migrate, postgres_job_driver
-from ultimat3.jobs.testing import JobHarness
 
 
 class Acct(BaseModel):
@@ -46,35 +43,15 @@ def clock() -> Iterator[FrozenClock]:
         yield c
 
 
-async def drop_schema(database_url: str, schema: str) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await conn.execute(
-            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-        )
-
-
-@pytest.fixture(params=["memory", "postgres"])
-async def driver(
-    request: pytest.FixtureRequest, clock: FrozenClock, database_url: str
-) -> AsyncIterator[JobDriver]:
-    """The memory driver, and a Postgres driver over a schema of this test's own."""
-    if request.param == "memory":
-        with swap_adapter(JOB_DRIVER, memory_job_driver()) as d:
-            yield d
-        return
-    schema = f"x_test_{uuid.uuid4().hex[:16]}"
-    await migrate(database_url, schema=schema)
-    pg = postgres_job_driver(database_url, schema=schema)
-    try:
-        with swap_adapter(JOB_DRIVER, pg):
-            yield pg
-    finally:
-        await pg.close()
-        await drop_schema(database_url, schema)
+@pytest.fixture
+def driver(engine: Engine) -> EngineDriver:
+    """The memory driver, then Postgres (its lease store in SQL): installed as JOB_DRIVER."""
+    return engine.driver
 
 
 @pytest.fixture
 def memory(clock: FrozenClock) -> Iterator[JobDriver]:
+    """The memory driver alone, for the tests that drive its frozen clock."""
     d = memory_job_driver()
     with swap_adapter(JOB_DRIVER, d):
         yield d
@@ -95,8 +72,10 @@ class Gate:
         return "ok"
 
 
-async def claim(driver: JobDriver, queue: str = "default", n: int = 1) -> list[ClaimedJob]:
-    return await driver.claim(queues=[queue], limit=n, worker_id="w1", visibility_timeout_ms=30_000)
+async def claim(
+    driver: JobDriver, queue: str = "default", n: int = 1, vt: int = 30_000
+) -> list[ClaimedJob]:
+    return await driver.claim(queues=[queue], limit=n, worker_id="w1", visibility_timeout_ms=vt)
 
 
 async def show(driver: JobDriver, job_id: str) -> Any:
@@ -197,12 +176,12 @@ async def test_a_run_is_never_refused_by_its_own_earlier_claim(driver: JobDriver
 
 
 async def test_the_slot_is_taken_before_the_body_and_released_after_every_landed_settle(
-    memory: JobDriver,
+    driver: EngineDriver,
 ) -> None:
     seen: list[list[str]] = []
 
     async def body(input: Acct, step: Any, ctx: Any) -> None:
-        seen.append([g.holder for g in await leases(memory).holders("job:flaky:a")])
+        seen.append([g.holder for g in await leases(driver).holders("job:flaky:a")])
         raise RuntimeError("boom")
 
     flaky: Job[Any, Any] = job(
@@ -214,15 +193,15 @@ async def test_the_slot_is_taken_before_the_body_and_released_after_every_landed
         run=body,
     )
     r = await flaky.enqueue({"account": "a"})
-    [claimed] = await claim(memory)
-    outcome = await execute_job(claimed, flaky, driver=memory)
+    [claimed] = await claim(driver)
+    outcome = await execute_job(claimed, flaky, driver=driver)
     assert outcome.outcome == "retry"
     assert seen == [[r.id]]
-    assert await leases(memory).holders("job:flaky:a") == []  # a retry gives it back too
+    assert await leases(driver).holders("job:flaky:a") == []  # a retry gives it back too
 
 
 async def test_a_key_that_throws_at_claim_fails_the_attempt_on_the_retry_path_without_the_body(
-    memory: JobDriver,
+    driver: EngineDriver,
 ) -> None:
     calls = {"n": 0}
     ran: list[int] = []
@@ -245,15 +224,16 @@ async def test_a_key_that_throws_at_claim_fails_the_attempt_on_the_retry_path_wi
         run=body,
     )
     r = await keyed.enqueue({"account": "a"})  # the enqueue asks the key first: fine
-    [claimed] = await claim(memory)
-    outcome = await execute_job(claimed, keyed, driver=memory)
+    [claimed] = await claim(driver)
+    outcome = await execute_job(claimed, keyed, driver=driver)
     assert (outcome.outcome, outcome.delay_ms) == ("retry", 1000)
-    row = await show(memory, r.id)
+    row = await show(driver, r.id)
     assert row.state == "ready" and row.attempts == 1
     assert "LookupError: the account vanished" in row.last_error["message"]
     assert ran == []
 
 
+# memory only: the frozen clock pins the slot's expiry exactly (variant on Postgres below)
 async def test_the_slot_ttl_is_the_visibility_timeout_renewed_with_the_heartbeat(
     memory: JobDriver, clock: FrozenClock
 ) -> None:
@@ -281,8 +261,38 @@ async def test_the_slot_ttl_is_the_visibility_timeout_renewed_with_the_heartbeat
     assert (await run).outcome == "done"
 
 
+async def test_on_postgres_the_slot_outlives_its_ttl_while_the_heartbeat_renews_it(
+    pg_engine: Engine,
+) -> None:
+    driver = pg_engine.driver
+    gate = Gate()
+    capped: Job[Any, Any] = job(
+        input=Acct, idempotency_key=_key, name="renewed", concurrency=1, run=gate.body
+    )
+    await capped.enqueue({"account": "a", "n": 1})
+    other = await capped.enqueue({"account": "b", "n": 2})
+    [claimed] = await claim(driver, vt=300)
+    settings = ExecutionSettings(visibility_timeout_ms=300, busy_delay_ms=50)
+    run = asyncio.ensure_future(execute_job(claimed, capped, driver=driver, settings=settings))
+    await gate.inside.wait()
+    [first] = await leases(driver).holders("job:renewed")
+    assert first.holder == claimed.id
+    assert first.expires_at_ms - await driver.now_ms() <= 300  # the TTL is the window
+    await asyncio.sleep(0.8)  # more than two TTLs: held only because it is renewed
+    [later] = await leases(driver).holders("job:renewed")
+    assert (later.holder, later.slot) == (claimed.id, first.slot)
+    assert later.expires_at_ms > first.expires_at_ms + 400
+    [second] = await claim(driver)  # the other run meets the live slot: handed back, unburnt
+    busy = await execute_job(second, capped, driver=driver, settings=settings)
+    assert (busy.outcome, busy.landed) == ("release", True) and gate.entered == [1]
+    assert (await show(driver, other.id)).attempts == 0
+    gate.go.set()
+    assert (await run).outcome == "done"
+    assert await leases(driver).holders("job:renewed") == []
+
+
 async def test_a_refused_slot_renewal_aborts_the_signal_with_x_job_slot_lost(
-    memory: JobDriver,
+    driver: EngineDriver,
 ) -> None:
     reasons: list[str] = []
     inside = asyncio.Event()
@@ -298,28 +308,28 @@ async def test_a_refused_slot_renewal_aborts_the_signal_with_x_job_slot_lost(
         input=Acct, idempotency_key=_key, name="slot-lost", concurrency=1, run=body
     )
     r = await capped.enqueue({"account": "a"})
-    [claimed] = await claim(memory)
+    [claimed] = await claim(driver)
     settings = ExecutionSettings(heartbeat_interval_ms=20, busy_delay_ms=250)
     with capture_log_events() as events:
-        run = asyncio.ensure_future(execute_job(claimed, capped, driver=memory, settings=settings))
+        run = asyncio.ensure_future(execute_job(claimed, capped, driver=driver, settings=settings))
         await inside.wait()
-        [grant] = await leases(memory).holders("job:slot-lost")
+        [grant] = await leases(driver).holders("job:slot-lost")
         # another run took the slot (its TTL passed while this worker's renewals failed)
-        assert await leases(memory).release("job:slot-lost", grant.slot, holder=r.id)
-        assert await leases(memory).acquire("job:slot-lost", limit=1, holder="x", ttl_ms=60_000)
+        assert await leases(driver).release("job:slot-lost", grant.slot, holder=r.id)
+        assert await leases(driver).acquire("job:slot-lost", limit=1, holder="x", ttl_ms=60_000)
         outcome = await run
     assert reasons == ["X_JOB_SLOT_LOST"]
     assert (outcome.outcome, outcome.delay_ms) == ("release", 250)  # handed back, uncounted
-    row = await show(memory, r.id)
+    row = await show(driver, r.id)
     assert row.state == "ready" and row.attempts == 0
     assert row.last_error["code"] == "X_JOB_SLOT_LOST"
     assert any(e["event"] == "jobs.slot.lost" for e in events)
     # the other run's slot is untouched
-    assert [g.holder for g in await leases(memory).holders("job:slot-lost")] == ["x"]
+    assert [g.holder for g in await leases(driver).holders("job:slot-lost")] == ["x"]
 
 
 async def test_execute_job_on_a_driver_without_a_lease_store_refuses_before_the_body(
-    memory: JobDriver,
+    driver: EngineDriver,
 ) -> None:
     class NoLeases:
         def __init__(self, inner: JobDriver) -> None:
@@ -338,20 +348,20 @@ async def test_execute_job_on_a_driver_without_a_lease_store_refuses_before_the_
         input=Acct, idempotency_key=_key, name="nolease", concurrency=2, run=body
     )
     r = await capped.enqueue({"account": "a"})
-    [claimed] = await claim(memory)
-    outcome = await execute_job(claimed, capped, driver=NoLeases(memory))
+    [claimed] = await claim(driver)
+    outcome = await execute_job(claimed, capped, driver=NoLeases(driver))
     assert outcome.outcome == "dead" and ran == []
-    row = await show(memory, r.id)
+    row = await show(driver, r.id)
     assert row.last_error["code"] == "X_JOB_CONCURRENCY_UNENFORCEABLE"
     assert "nolease" in row.last_error["message"] and row.last_error["fix"]
 
 
-async def test_the_worker_refusal_names_every_capped_job_and_a_fix(memory: JobDriver) -> None:
+async def test_the_worker_refusal_names_every_capped_job_and_a_fix(driver: EngineDriver) -> None:
     class NoLeases:
         leases = None
 
         def __getattr__(self, name: str) -> Any:
-            return getattr(memory, name)
+            return getattr(driver, name)
 
     async def body(input: Acct, step: Any, ctx: Any) -> None:
         return None
@@ -377,7 +387,9 @@ async def test_the_worker_refusal_names_every_capped_job_and_a_fix(memory: JobDr
 # --- end to end through the harness --------------------------------------------------------------
 
 
-async def test_a_cap_of_one_never_runs_two_bodies_at_once_and_every_run_completes() -> None:
+async def test_a_cap_of_one_never_runs_two_bodies_at_once_and_every_run_completes(
+    engine: Engine,
+) -> None:
     inside = {"now": 0, "max": 0}
 
     async def body(input: Acct, step: Any, ctx: Any) -> int:
@@ -395,7 +407,7 @@ async def test_a_cap_of_one_never_runs_two_bodies_at_once_and_every_run_complete
         concurrency=Concurrency(key=lambda i: i.account, limit=1),
         run=body,
     )
-    h = JobHarness(jobs=[one_at_a_time])
+    h = engine.harness([one_at_a_time])
     ids = [(await h.enqueue(one_at_a_time, {"account": "a", "n": n})).id for n in range(5)]
     await h.drain()
     rows = [await h.trace(i) for i in ids]
@@ -406,42 +418,41 @@ async def test_a_cap_of_one_never_runs_two_bodies_at_once_and_every_run_complete
 
 
 async def test_a_settle_that_did_not_land_keeps_the_slot_for_the_claim_that_owns_the_run(
-    memory: JobDriver,
+    driver: EngineDriver,
 ) -> None:
     async def body(input: Acct, step: Any, ctx: Any) -> None:
         # an operator cancels the run under its feet: this claim's settle cannot land
-        await memory.introspect.cancel(ctx.job_id, reason="stop")  # type: ignore[attr-defined]
+        await driver.introspect.cancel(ctx.job_id, reason="stop")  # type: ignore[attr-defined]
 
     capped: Job[Any, Any] = job(
         input=Acct, idempotency_key=_key, name="unlanded", concurrency=1, run=body
     )
     r = await capped.enqueue({"account": "a"})
-    [claimed] = await claim(memory)
-    outcome = await execute_job(claimed, capped, driver=memory)
+    [claimed] = await claim(driver)
+    outcome = await execute_job(claimed, capped, driver=driver)
     assert (outcome.outcome, outcome.landed) == ("done", False)
     # not released by a claim that no longer owns the run: the TTL frees it
-    assert [g.holder for g in await leases(memory).holders("job:unlanded")] == [r.id]
+    assert [g.holder for g in await leases(driver).holders("job:unlanded")] == [r.id]
 
 
-async def test_the_worker_defers_a_busy_run_by_one_poll(
-    memory: JobDriver, clock: FrozenClock
-) -> None:
+async def test_the_worker_defers_a_busy_run_by_one_poll(driver: EngineDriver) -> None:
     gate = Gate()
     capped: Job[Any, Any] = job(
         input=Acct, idempotency_key=_key, name="polled", concurrency=1, run=gate.body
     )
     await capped.enqueue({"account": "a", "n": 1})
     waiting = await capped.enqueue({"account": "b", "n": 2})
-    w = job_worker(jobs=[capped], driver=memory, poll_interval_ms=400, handle_signals=False)
+    w = job_worker(jobs=[capped], driver=driver, poll_interval_ms=400, handle_signals=False)
+    before = await driver.now_ms()
     await w.run_pass()
     await gate.inside.wait()
     for _ in range(50):
-        if (await show(memory, waiting.id)).state == "ready":
+        if (await show(driver, waiting.id)).state == "ready":
             break
         await asyncio.sleep(0)
-    row = await show(memory, waiting.id)
+    row = await show(driver, waiting.id)
     assert row.state == "ready" and row.attempts == 0
-    assert to_epoch_ms(row.run_at) == clock.now_ms() + 400
+    assert before + 400 <= to_epoch_ms(row.run_at) <= await driver.now_ms() + 400
     gate.go.set()
     await w.wait_idle()
     assert w.stats().released == 1 and w.stats().completed == 1
