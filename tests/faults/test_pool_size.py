@@ -17,6 +17,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.core import XError
 from ultimat3.jobs import job_worker
+from ultimat3.jobs._worker import WORKER_CONNECTIONS
+from ultimat3.jobs.cli._driver import choose_driver, open_driver
+from ultimat3.jobs.cli._main import worker_pool_size
 from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
 
 
@@ -77,12 +80,37 @@ async def test_a_pool_that_fits_starts_and_runs(db: Db, db_url: str, schema: str
         await driver.close()
 
 
-def test_x_worker_refuses_a_max_in_flight_its_pool_cannot_serve(db_url: str, schema: str) -> None:
-    """The process a deploy runs: ``x worker`` exits 1 at once, the X_ code on stderr."""
+async def test_x_worker_sizes_the_pool_it_opens_for_its_max_in_flight(
+    db_url: str, schema: str
+) -> None:
+    """``x worker --max-in-flight 50`` opens a pool of 52 (the runs plus the worker's own
+    connections) instead of refusing the default 10; without the flag the default stands."""
+    sized = choose_driver(
+        kind=None,
+        database_url=db_url,
+        redis_url=None,
+        schema=schema,
+        env={},
+        pool_size=worker_pool_size(50),
+    )
+    driver = await open_driver(sized)
+    try:
+        assert isinstance(driver, PostgresJobDriver)
+        assert driver.pool_size == 50 + WORKER_CONNECTIONS
+        job_worker(jobs=[STEPS_JOB], driver=driver, max_in_flight=50).check()  # no refusal
+    finally:
+        await driver.close()
+    assert worker_pool_size(None) is None
+    assert worker_pool_size(4) == 10  # never below the driver's default
+
+
+def test_x_worker_refuses_a_bad_max_in_flight_at_once(db_url: str, schema: str) -> None:
+    """The process a deploy runs: ``--max-in-flight 0`` exits 1 at once, the X_ code on
+    stderr, before any pool is sized from it."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "ultimat3.jobs.cli", "worker", "--app", "_worker_app:JOBS"),
-            *("--database-url", db_url, "--schema", schema, "--max-in-flight", "50", "--json"),
+            *("--database-url", db_url, "--schema", schema, "--max-in-flight", "0", "--json"),
         ],
         cwd=HERE,
         capture_output=True,
@@ -90,6 +118,6 @@ def test_x_worker_refuses_a_max_in_flight_its_pool_cannot_serve(db_url: str, sch
         timeout=60,
     )
     assert done.returncode == 1, done.stderr
-    error = json.loads(done.stderr[done.stderr.index("{\n") :])["error"]
-    assert error["code"] == "X_CONFIG_INVALID"
-    assert "max_in_flight=50" in error["message"] and "10 connections" in error["message"]
+    error = json.loads(done.stderr[done.stderr.index("{") :])["error"]
+    assert error["code"] in {"X_INVARIANT", "X_CONFIG_INVALID"}
+    assert "max_in_flight" in error["message"]

@@ -32,6 +32,9 @@ class DriverChoice:
     kind: DriverKind
     url: str | None
     schema: str | None = None
+    pool_size: int | None = None
+    """The Postgres pool's ``max_size`` when the command needs more than the default (``x worker
+    --max-in-flight N`` asks for N + the worker's own connections)."""
 
 
 def choose_driver(
@@ -41,11 +44,13 @@ def choose_driver(
     redis_url: str | None,
     schema: str | None,
     env: Mapping[str, str],
+    pool_size: int | None = None,
 ) -> DriverChoice:
     """Flags win over the environment; ``REDIS_URL`` is read only under ``--driver redis``."""
     if kind == "redis":
         return DriverChoice("redis", redis_url or env.get("REDIS_URL") or None)
-    return DriverChoice("postgres", database_url or env.get("DATABASE_URL") or None, schema)
+    url = database_url or env.get("DATABASE_URL") or None
+    return DriverChoice("postgres", url, schema, pool_size)
 
 
 def redact(url: str) -> str:
@@ -119,6 +124,8 @@ async def open_driver(choice: DriverChoice) -> JobDriver:
             fix="pip install -U ultimat3-jobs",
         )
         kwargs: dict[str, Any] = {} if choice.schema is None else {"schema": choice.schema}
+        if choice.pool_size is not None:
+            kwargs["max_size"] = choice.pool_size
         driver = await maybe_await(factory(choice.url, **kwargs))
     check_driver(driver)
     return driver  # type: ignore[no-any-return]

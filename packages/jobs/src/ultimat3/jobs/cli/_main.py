@@ -131,6 +131,7 @@ async def main_async(
                 redis_url=getattr(args, "redis_url", None),
                 schema=getattr(args, "schema", None),
                 env=environ,
+                pool_size=worker_pool_size(getattr(args, "max_in_flight", None)),
             ),
         )
         invocation = Invocation(args, environ, as_json, out, err, source)
@@ -143,6 +144,16 @@ async def main_async(
         return EXIT_ERROR
     emit(answer, as_json=as_json, out=out)
     return EXIT_OK
+
+
+def worker_pool_size(max_in_flight: object) -> int | None:
+    """A worker capped at N runs needs N connections plus its own (claims, renewals): ``x worker
+    --max-in-flight N`` sizes the pool it opens instead of refusing a too-small default."""
+    if isinstance(max_in_flight, int) and not isinstance(max_in_flight, bool) and max_in_flight > 0:
+        from ultimat3.jobs._worker import WORKER_CONNECTIONS
+
+        return max(10, max_in_flight + WORKER_CONNECTIONS)
+    return None
 
 
 def main(
