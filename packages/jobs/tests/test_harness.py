@@ -161,6 +161,20 @@ async def test_a_dead_job_requeued_resumes_from_the_failed_step(engine: Engine) 
     assert trace.steps["b"].executions == 2
 
 
+async def test_a_requeue_from_a_step_runs_it_and_every_step_after_it_again(
+    engine: Engine,
+) -> None:
+    flaky_calls.clear()
+    h = engine.harness([three_steps])
+    trace = await h(three_steps, {"key": "k2"})
+    assert trace.state == "done" and flaky_calls == {"a": 1, "b": 1, "c": 1}
+    await h.requeue(trace.id, from_step="b")  # x jobs retry <id> --from-step b
+    trace = await h.drain()  # type: ignore[assignment]
+    assert trace.state == "done" and trace.result == "finished"
+    assert flaky_calls == {"a": 1, "b": 2, "c": 2}  # a replayed from storage, b and c re-run
+    assert [trace.steps[n].executions for n in "abc"] == [1, 1, 1]
+
+
 async def test_job_harness_is_the_async_with_form_binding_its_clock_and_driver() -> None:
     async with job_harness(jobs=[three_steps]) as h:
         assert isinstance(h, JobHarness)

@@ -1,18 +1,33 @@
-"""with_lock(): one holder fleet-wide, renewal, fencing tokens, refusals."""
+"""with_lock(): one holder fleet-wide, renewal, fencing tokens, refusals — over the memory
+driver's lease store (on the system clock) and over Postgres's (``store``); losing a lock on the
+frozen clock is memory-only, with a real-time variant on Postgres."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
+from engine_drivers import ENGINE_DRIVERS, Engine, open_engine
 from ultimat3.core import AbortController, FrozenClock, XError, retry_classification, swap_adapter
 from ultimat3.jobs._lock import LockGrant, hold_lock, with_lock
-from ultimat3.jobs.adapter import JOB_DRIVER, memory_job_driver
+from ultimat3.jobs.adapter import JOB_DRIVER, LeaseStore, memory_job_driver
 
 
-async def test_a_second_caller_with_wait_zero_is_refused_naming_the_holder() -> None:
-    store = memory_job_driver().leases
+@pytest.fixture(params=ENGINE_DRIVERS)
+async def store(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[LeaseStore]:
+    """A lease store on a real clock: the memory driver's (the system clock), then Postgres's."""
+    if request.param == "memory":
+        yield memory_job_driver().leases
+        return
+    async with open_engine("postgres", database_url) as engine:
+        yield engine.driver.leases
+
+
+async def test_a_second_caller_with_wait_zero_is_refused_naming_the_holder(
+    store: LeaseStore,
+) -> None:
     inside = asyncio.Event()
     release = asyncio.Event()
 
@@ -34,8 +49,9 @@ async def test_a_second_caller_with_wait_zero_is_refused_naming_the_holder() -> 
     assert await task == "first"
 
 
-async def test_a_waiting_caller_gets_the_lock_after_release_with_a_greater_token() -> None:
-    store = memory_job_driver().leases
+async def test_a_waiting_caller_gets_the_lock_after_release_with_a_greater_token(
+    store: LeaseStore,
+) -> None:
     tokens: list[int] = []
 
     async def hold(grant: LockGrant) -> None:
@@ -50,8 +66,7 @@ async def test_a_waiting_caller_gets_the_lock_after_release_with_a_greater_token
     assert await store.holders("lock:k") == []
 
 
-async def test_renewal_keeps_the_lock_past_its_ttl() -> None:
-    store = memory_job_driver().leases
+async def test_renewal_keeps_the_lock_past_its_ttl(store: LeaseStore) -> None:
 
     async def long(grant: LockGrant) -> bool:
         await asyncio.sleep(0.5)  # 2.5 ttls
@@ -63,6 +78,7 @@ async def test_renewal_keeps_the_lock_past_its_ttl() -> None:
     assert await with_lock("renewed", long, ttl="200ms", store=store) is False
 
 
+# memory only: the frozen clock jumps past the ttl (variant on Postgres below)
 async def test_a_lost_lock_aborts_the_signal_and_the_call_raises_even_if_fn_returned() -> None:
     clock = FrozenClock()
     store = memory_job_driver(clock=clock).leases
@@ -79,19 +95,37 @@ async def test_a_lost_lock_aborts_the_signal_and_the_call_raises_even_if_fn_retu
     assert lost.value.code == "X_LOCK_LOST" and "lost" in lost.value.message
 
 
-async def test_hold_lock_is_the_async_with_form() -> None:
-    store = memory_job_driver().leases
+async def test_on_postgres_a_lock_taken_over_aborts_the_signal_and_the_call_raises(
+    pg_engine: Engine,
+) -> None:
+    store = pg_engine.driver.leases
+
+    async def taken_over(grant: LockGrant) -> str:
+        [mine] = await store.holders("lock:lost")
+        # its ttl passed while this holder was stalled, and another holder took the key
+        assert await store.release("lock:lost", mine.slot, holder=mine.holder)
+        theirs = await store.acquire("lock:lost", limit=1, holder="other", ttl_ms=60_000)
+        assert theirs is not None and theirs.token > grant.token
+        await asyncio.wait_for(grant.signal.wait(), timeout=2)  # the next renewal is refused
+        assert grant.signal.reason is not None and grant.signal.reason.code == "X_LOCK_LOST"
+        return "finished anyway"
+
+    with pytest.raises(XError) as lost:
+        await with_lock("lost", taken_over, ttl="300ms", store=store)
+    assert lost.value.code == "X_LOCK_LOST" and "lost" in lost.value.message
+    assert [g.holder for g in await store.holders("lock:lost")] == ["other"]
+
+
+async def test_hold_lock_is_the_async_with_form(store: LeaseStore) -> None:
     async with hold_lock("cm", ttl="1s", store=store) as grant:
         assert grant.key == "cm" and grant.token > 0
         assert [g.holder for g in await store.holders("lock:cm")]
     assert await store.holders("lock:cm") == []
 
 
-async def test_the_installed_drivers_lease_store_is_the_default() -> None:
-    driver = memory_job_driver()
-    with swap_adapter(JOB_DRIVER, driver):
-        async with hold_lock("ambient", ttl="1s"):
-            assert len(await driver.leases.holders("lock:ambient")) == 1
+async def test_the_installed_drivers_lease_store_is_the_default(engine: Engine) -> None:
+    async with hold_lock("ambient", ttl="1s"):  # the engine's driver is installed
+        assert len(await engine.driver.leases.holders("lock:ambient")) == 1
 
 
 async def test_no_lease_store_is_refused_with_the_fix() -> None:
@@ -111,8 +145,7 @@ async def test_an_empty_key_is_refused() -> None:
     assert empty.value.code == "X_INVARIANT"
 
 
-async def test_an_aborted_caller_signal_stops_the_wait() -> None:
-    store = memory_job_driver().leases
+async def test_an_aborted_caller_signal_stops_the_wait(store: LeaseStore) -> None:
     controller = AbortController()
     controller.abort()
     with pytest.raises(XError) as aborted:

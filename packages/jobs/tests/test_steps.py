@@ -297,6 +297,41 @@ async def test_a_once_step_found_started_without_completed_is_an_unknown_outcome
     assert "resolve-step" in (trace.last_error["fix"] or "")
 
 
+@pytest.mark.parametrize("ran", [True, False], ids=["ran", "not-ran"])
+async def test_a_once_step_an_operator_resolved_is_replayed_or_run_again(
+    harness: Harness, ran: bool
+) -> None:
+    calls: list[int] = []
+
+    def print_label(signal: Signal) -> dict[str, str]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("the printer timed out: did it print?")
+        return {"label": "lb_2"}
+
+    @job(input=Key, idempotency_key=_key, retry=Retry(attempts=3, delay=0))
+    async def ship(input: Key, step: Any, ctx: Any) -> Any:
+        return await step.run("label", print_label, once=True)
+
+    h = harness(ship)
+    trace = await h(ship, {})
+    assert trace.state == "dead" and calls == [1]
+    assert trace.last_error is not None
+    assert trace.last_error["code"] == "X_STEP_OUTCOME_UNKNOWN"
+    with h.bound():
+        await h.driver.introspect.resolve_step(  # type: ignore[attr-defined]
+            trace.id, "label", ran=ran, output={"label": "lb_1"} if ran else None
+        )
+    await h.requeue(trace.id)
+    trace = await h.drain()  # type: ignore[assignment]
+    assert trace.state == "done"
+    if ran:  # it did print: the stored output, fn never called again
+        assert (trace.result, calls) == ({"label": "lb_1"}, [1])
+    else:  # it did not: forgotten, so this attempt ran it
+        assert (trace.result, calls) == ({"label": "lb_2"}, [1, 1])
+        assert trace.steps["label"].state == "completed"
+
+
 # --- step.sleep ---------------------------------------------------------------------------------
 
 
