@@ -118,6 +118,7 @@ async def test_on_postgres_an_event_committed_after_a_marker_is_after_it(
         async with await psycopg.AsyncConnection.connect(pg_engine.database_url) as tx:
             with use_connection(tx):
                 await publish_event("e", {"n": 1})  # published first ...
+            await publish_event("other", {})  # (later transactions commit meanwhile)
             before = await bus.marker()  # ... the wait begins ...
             await publish_event("e", {"n": 2})  # (one committed after the marker, plainly)
             await tx.commit()  # ... and the commit comes after it
