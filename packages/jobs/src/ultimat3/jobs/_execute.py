@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -97,11 +98,21 @@ async def execute_job(
 def _run_tracer() -> otel_trace.Tracer | None:
     """The tracer of the run's span; ``None`` while it is core's and no SDK is installed (the
     OpenTelemetry API alone makes only no-op spans, which cost a run ~5 us for nothing)."""
-    if tracer is core_tracer and isinstance(
-        otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider
-    ):
-        return None
+    if tracer is core_tracer:
+        # the global provider, read without get_tracer_provider()'s environment lookup
+        provider = getattr(otel_trace, "_TRACER_PROVIDER", _UNREAD)
+        if provider is None and not _PROVIDER_FROM_ENV:
+            return None
+        if provider is _UNREAD and isinstance(
+            otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider
+        ):
+            return None
     return tracer()
+
+
+_UNREAD: Any = object()
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+"""An SDK named in the environment is loaded by the first ``get_tracer_provider()``."""
 
 
 class _Attempt(Settles):
@@ -428,6 +439,15 @@ def _resolve(first: asyncio.Future[None]) -> None:
         first.set_result(None)
 
 
+def _resolve_later(
+    loop: asyncio.AbstractEventLoop, first: asyncio.Future[None], turns: int
+) -> None:
+    if turns:
+        loop.call_soon(_resolve_later, loop, first, turns - 1)
+    else:
+        _resolve(first)
+
+
 def _on_abort(
     signal: Signal, loop: asyncio.AbstractEventLoop, first: asyncio.Future[None]
 ) -> Callable[[], None]:
@@ -435,15 +455,9 @@ def _on_abort(
     after a body awaiting the same signal hears it: the body reacts to its own cancellation
     first (it may stop, or raise the reason), as when the attempt waited on ``signal.wait()``."""
 
-    def later(turns: int) -> None:
-        if turns:
-            loop.call_soon(later, turns - 1)
-        else:
-            _resolve(first)
-
     def aborted(reason: XError) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            loop.call_soon_threadsafe(later, 2)
+            loop.call_soon_threadsafe(_resolve_later, loop, first, 2)
 
     return signal.add_listener(aborted)
 

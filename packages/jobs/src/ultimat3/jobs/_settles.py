@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ultimat3.core import (
     AbortController,
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from ._ports import JobDriver
     from ._settler import Settler
     from ._steps import RunState
+
+
+_PLAIN: Final = (str, int, bool)
 
 
 class Settles:
@@ -67,10 +70,12 @@ class Settles:
     async def _complete(self, result: Any) -> RunOutcome:
         claimed = self.claimed
         try:
-            stored = to_json_form(result)
+            # None, a str, an int or a bool is its own JSON form
+            stored = result if result is None or type(result) in _PLAIN else to_json_form(result)
         except XError as exc:
             return await self._fail(error_dict(exc), terminal=True)
-        await self._flush_progress()
+        if self.progress is not None:
+            await self.progress.flush()
         self.settling = True  # a renewal refused from here on lost to this settle
         landed = await self.settler.ack(
             claimed, result=stored, duration_ms=int((time.monotonic() - self.started) * 1000)

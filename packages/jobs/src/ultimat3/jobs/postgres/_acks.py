@@ -128,20 +128,26 @@ class AckBatcher:
             PendingAck(
                 a.job_id,
                 a.claim,
-                to_json_text(
+                "null"
+                if a.result is None
+                else to_json_text(
                     a.result,
                     what=f"the result of job {a.job_id}",
                     code="X_STEP_OUTPUT_UNSERIALIZABLE",
                 ),
-                ms_param(a.duration_ms, what=f"ack of job {a.job_id}: duration_ms"),
+                a.duration_ms
+                if type(a.duration_ms) is int
+                else ms_param(a.duration_ms, what=f"ack of job {a.job_id}: duration_ms"),
                 None,
             )
             for a in acks
         ]
-        live = [item for item in items if fenced_ids(item.job_id, item.claim)]
+        fenced = [fenced_ids(item.job_id, item.claim) for item in items]
+        live = [item for item, ok in zip(items, fenced, strict=True) if ok]
+        discard = self._stepless.discard
         for item in live:
-            self._stepless.discard(item.job_id)
+            discard(item.job_id)
         landed: set[str] = set()
         for at in range(0, len(live), ENQUEUE_CHUNK):
             landed |= await self._ack_prepared(live[at : at + ENQUEUE_CHUNK], worker_id)
-        return [fenced_ids(a.job_id, a.claim) and a.job_id in landed for a in acks]
+        return [ok and a.job_id in landed for a, ok in zip(acks, fenced, strict=True)]
