@@ -10,6 +10,7 @@ next claim), every row by ``(created_at, id)`` for the operator's keyset pages.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -27,12 +28,14 @@ from ultimat3.jobs._model import (
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
+    ExhaustedJob,
     NackOutcome,
     QueueStats,
     StepRecord,
     StepState,
     WorkerRow,
 )
+from ultimat3.jobs._ports import EXHAUSTED_BUFFER
 
 from ._backfills import RedisBackfillLedger
 from ._codec import compact_json, freeze, live_key, maybe_text, opt, pairs, step_records, text
@@ -147,6 +150,7 @@ class RedisJobDriver:
         self.leases = RedisLeaseStore(self._r)
         self.introspect = RedisJobIntrospection(self._r)
         self.backfills = RedisBackfillLedger(self._r)
+        self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
 
     def __repr__(self) -> str:
         return f"RedisJobDriver(redis={self._r.where!r}, prefix={self._prefix!r})"
@@ -299,7 +303,9 @@ class RedisJobDriver:
         )
         now = int(reply[0])
         for buried in reply[2]:
-            job_id, name, queue, attempts, max_attempts, state, worker = (text(v) for v in buried)
+            job_id, name, queue, attempts, max_attempts, state, worker = (
+                text(v) for v in buried[:7]
+            )
             log_event(
                 "jobs.claim.exhausted",
                 job_id=job_id,
@@ -309,6 +315,19 @@ class RedisJobDriver:
                 max_attempts=int(max_attempts),
                 state=state,
                 worker_id=worker or None,
+            )
+            self._exhausted.append(
+                ExhaustedJob(
+                    id=job_id,
+                    name=name,
+                    queue=queue,
+                    payload=json.loads(text(buried[8])),
+                    tenant_id=maybe_text(buried[9]),
+                    outcome="failed" if state == "failed" else "dead",
+                    last_error=json.loads(text(buried[10])),
+                    run_id=text(buried[7]),
+                    attempt=int(attempts),
+                )
             )
         return [
             ClaimedJob(
@@ -330,6 +349,12 @@ class RedisJobDriver:
             )
             for c in reply[1]
         ]
+
+    def take_exhausted(self) -> list[ExhaustedJob]:
+        """``ExhaustionReporter``: the rows this driver's claims buried since the last call."""
+        taken = list(self._exhausted)
+        self._exhausted.clear()
+        return taken
 
     # --- settles (fenced) -----------------------------------------------------------------
 

@@ -105,6 +105,24 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ExhaustedJob:
+    """A row a CLAIM itself buried: its lease lapsed on its final attempt, so the claim settled
+    it ``dead`` (``failed`` for a ``no_dead_letter`` name) instead of handing it out
+    (``ExhaustionReporter.take_exhausted``)."""
+
+    id: str
+    name: str
+    queue: str
+    payload: Any
+    tenant_id: str | None
+    outcome: Literal["dead", "failed"]
+    last_error: Mapping[str, Any] | None
+    run_id: str = ""
+    attempt: int = 0
+    """The attempt whose lease lapsed (the row's ``attempts``, its last)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     name: str
     state: StepState

@@ -22,6 +22,7 @@ from ._model import (
     CounterTotals,
     EnqueueRequest,
     EnqueueResult,
+    ExhaustedJob,
     JobDetail,
     JobRow,
     JobState,
@@ -232,6 +233,22 @@ class BatchSettler(Protocol):
         visibility_timeout_ms: int,
     ) -> list[bool]:
         """Renew every ``(job_id, claim)`` lease the worker holds."""
+        ...
+
+
+EXHAUSTED_BUFFER = 10_000
+"""The most buried rows a driver keeps for ``take_exhausted``; older ones are forgotten."""
+
+
+@runtime_checkable
+class ExhaustionReporter(Protocol):
+    """Optional driver member: the rows this driver's claims BURIED (a lease lapsed on the final
+    attempt, settled ``dead`` / ``failed`` by the claim itself), so the worker that claimed can
+    tell ``on_settled`` (``dead-lettered`` / ``dropped``) and count them."""
+
+    def take_exhausted(self) -> list[ExhaustedJob]:
+        """Answer and forget the rows buried since the last call, oldest first (at most the last
+        ``EXHAUSTED_BUFFER``)."""
         ...
 
 

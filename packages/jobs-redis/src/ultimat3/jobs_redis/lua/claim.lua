@@ -3,7 +3,8 @@
 -- Due rows: waiting rows of unpaused queues with run_at <= now (at most `limit` per queue, oldest
 -- run_at first, then id) plus running rows whose lease lapsed (at most `limit`, by expiry). A
 -- lapsed row on its final attempt is buried (dead, or failed for a no_dead_letter name) and never
--- handed out. Answers {now, claimed rows, buried rows}.
+-- handed out. Answers {now, claimed rows, buried rows}; a buried row is {id, name, queue,
+-- attempts, max_attempts, state, lapsed worker, run_id, payload, tenant_id or false, last_error}.
 local worker, limit, vt, nonce, template = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local nq = tonumber(ARGV[6])
 local nodead = {}
@@ -44,7 +45,8 @@ local buried = {}
 for k = 1, math.min(limit, #lapsed) do
   local id = lapsed[k].id
   local key = P .. 'j:' .. id
-  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'run_at', 'worker_id')
+  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'run_at', 'worker_id', 'run_id',
+    'payload', 'tenant_id')
   local attempts, max_attempts = tonumber(f[1]), tonumber(f[2])
   if not attempts then
     redis.call('ZREM', P .. 'r:' .. lapsed[k].q, id) -- a row gone from under its index
@@ -54,11 +56,13 @@ for k = 1, math.min(limit, #lapsed) do
     local lapsed_worker = f[4] or ''
     local message = 'the lease lapsed on the final attempt (' .. f[1] .. ' of ' .. f[2] ..
       '): worker ' .. lapsed_worker .. ' stopped renewing it and no worker settled the run'
-    redis.call('HSET', key, 'last_error', fill(template, message), 'finished_at', N(now))
+    local last_error = fill(template, message)
+    redis.call('HSET', key, 'last_error', last_error, 'finished_at', N(now))
     redis.call('HDEL', key, 'worker_id', 'claim', 'lease_expires_at')
     move(r, state, now, now)
     count(r.name, state == 'failed' and 'f' or 'x', now, nil)
-    buried[#buried + 1] = { id, r.name, r.queue, f[1], f[2], state, lapsed_worker }
+    buried[#buried + 1] = { id, r.name, r.queue, f[1], f[2], state, lapsed_worker, f[5], f[6],
+      f[7], last_error }
   else
     cands[#cands + 1] = { id = id, at = tonumber(f[3]), q = lapsed[k].q }
   end

@@ -17,6 +17,7 @@ leases, expiry and counters.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
@@ -31,11 +32,13 @@ from ultimat3.jobs._model import (
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
+    ExhaustedJob,
     JobState,
     NackOutcome,
     QueueStats,
     WorkerRow,
 )
+from ultimat3.jobs._ports import EXHAUSTED_BUFFER
 
 from ._memory_backfills import MemoryBackfillLedger
 from ._memory_counters import CounterKind
@@ -72,6 +75,7 @@ class MemoryJobDriver:
         self.introspect = MemoryJobIntrospection(self._s)
         self.backfills = MemoryBackfillLedger(self._s.now_ms)
         self._bus: MemoryEventBus | None = None
+        self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
 
     def __repr__(self) -> str:
         return f"MemoryJobDriver(name={self._name!r}, jobs={len(self._s.rows)})"
@@ -240,6 +244,19 @@ class MemoryJobDriver:
         row.clear_lease()
         self._s.move(row, state, now)
         self._s.counters.add(row.name, "failed" if state == "failed" else "dead", now)
+        self._exhausted.append(
+            ExhaustedJob(
+                id=row.id,
+                name=row.name,
+                queue=row.queue,
+                payload=row.row().payload,
+                tenant_id=row.tenant_id,
+                outcome="failed" if state == "failed" else "dead",
+                last_error=error,
+                run_id=row.run_id,
+                attempt=row.attempts,
+            )
+        )
         log_event(
             "jobs.claim.exhausted",
             job_id=row.id,
@@ -250,6 +267,12 @@ class MemoryJobDriver:
             state=state,
             worker_id=lapsed_worker,
         )
+
+    def take_exhausted(self) -> list[ExhaustedJob]:
+        """``ExhaustionReporter``: the rows this driver's claims buried since the last call."""
+        taken = list(self._exhausted)
+        self._exhausted.clear()
+        return taken
 
     # --- settles (fenced) -----------------------------------------------------------------
 

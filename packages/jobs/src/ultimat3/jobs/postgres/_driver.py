@@ -9,6 +9,7 @@ database's.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -18,11 +19,13 @@ from ultimat3.jobs._model import (
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
+    ExhaustedJob,
     NackOutcome,
     QueueStats,
     StepState,
     WorkerRow,
 )
+from ultimat3.jobs._ports import EXHAUSTED_BUFFER
 
 from ._acks import AckBatcher
 from ._backfills import PostgresBackfillLedger
@@ -88,6 +91,7 @@ class PostgresJobDriver:
             timeout_s=timeout_s,
         )
         self._stepless = Stepless()
+        self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
         self._steps = PostgresStepStore(self._db, self._stepless)
         self.leases = PostgresLeaseStore(self._db)
         self.introspect = PostgresJobIntrospection(self._db)
@@ -231,6 +235,19 @@ class PostgresJobDriver:
                     state=r[15],
                     worker_id=r[16],
                 )
+                self._exhausted.append(
+                    ExhaustedJob(
+                        id=r[1],
+                        name=r[3],
+                        queue=r[4],
+                        payload=r[5],
+                        tenant_id=r[12],
+                        outcome="failed" if r[15] == "failed" else "dead",
+                        last_error=r[19],
+                        run_id=r[2],
+                        attempt=r[6],
+                    )
+                )
                 continue
             if r[18]:
                 self._stepless.discard(r[1])
@@ -256,6 +273,12 @@ class PostgresJobDriver:
                 )
             )
         return claimed
+
+    def take_exhausted(self) -> list[ExhaustedJob]:
+        """``ExhaustionReporter``: the rows this driver's claims buried since the last call."""
+        taken = list(self._exhausted)
+        self._exhausted.clear()
+        return taken
 
     # --- settles (fenced) -----------------------------------------------------------------
 

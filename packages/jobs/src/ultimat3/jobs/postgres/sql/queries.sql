@@ -282,7 +282,8 @@ buried AS (
         updated_at = now()
     WHERE j.id = ANY (ARRAY(SELECT id FROM lapsed WHERE exhausted))
     RETURNING j.id, j.name, j.queue, j.state, j.attempts, j.max_attempts, j.run_at,
-              (SELECT l.worker_id FROM lapsed l WHERE l.id = j.id) AS lapsed_worker
+              (SELECT l.worker_id FROM lapsed l WHERE l.id = j.id) AS lapsed_worker,
+              j.run_id, j.payload, j.tenant_id, j.last_error
 ),
 settled AS (
     SELECT b.name AS job, 0 AS done, 0 AS retried, (b.state = 'failed')::integer AS failed,
@@ -299,11 +300,13 @@ FROM (
            c.idempotency_key, c.tenant_id, c.concurrency_key,
            floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
            NULL::text AS state, NULL::text AS lapsed_worker, c.run_at,
-           EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps
+           EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps,
+           NULL::jsonb AS last_error
     FROM claimed c
     UNION ALL
-    SELECT 'buried', b.id::text, NULL, b.name, b.queue, NULL, b.attempts, b.max_attempts, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL, b.state, b.lapsed_worker, b.run_at, NULL
+    SELECT 'buried', b.id::text, b.run_id::text, b.name, b.queue, b.payload, b.attempts,
+           b.max_attempts, NULL, NULL, NULL, NULL, b.tenant_id, NULL, NULL, b.state,
+           b.lapsed_worker, b.run_at, NULL, b.last_error
     FROM buried b
 ) r
 ORDER BY r.kind, r.run_at, r.id
