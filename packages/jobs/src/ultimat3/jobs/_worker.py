@@ -29,7 +29,8 @@ from ultimat3.core import AbortController, XError, adapter, log_event
 
 from ._execute import execute_job
 from ._gauges import unwatch_worker, watch_worker
-from ._model import ClaimedJob
+from ._model import ClaimedJob, ExhaustedJob
+from ._on_settled import SettledOutcome, notify_settled
 from ._outcome import (
     DEFAULT_ABANDON_GRACE_MS,
     DEFAULT_DRAIN_TIMEOUT_MS,
@@ -37,6 +38,7 @@ from ._outcome import (
     RunOutcome,
 )
 from ._ports import (
+    ExhaustionReporter,
     driver_event_bus,
     driver_leases,
     driver_members_missing,
@@ -224,6 +226,8 @@ class JobWorker:
         self._runs: dict[str, tuple[asyncio.Task[None], AbortController]] = {}
         self._in_body: set[str] = set()
         """Runs claimed whose body has not ended yet (or never started)."""
+        self._hooks: set[asyncio.Task[bool]] = set()
+        """``on_settled`` calls for rows a claim buried (``_buried``)."""
         self._claim_size = claim_batch
         self._backlog = False
         """The last pass got all it asked for: more may be due at once."""
@@ -401,6 +405,7 @@ class JobWorker:
                 visibility_timeout_ms=self._settings.visibility_timeout_ms,
                 no_dead_letter=self._no_dead_letter,
             )
+            self._buried(driver)
             self._backlog = len(claimed) >= limit
             if not self._backlog:
                 self._claim_size = self._claim_batch
@@ -422,6 +427,7 @@ class JobWorker:
                 visibility_timeout_ms=self._settings.visibility_timeout_ms,
                 no_dead_letter=self._no_dead_letter,
             )
+            self._buried(driver)
             if claimed:
                 last_served = index
                 self._spawn(claimed)
@@ -434,8 +440,49 @@ class JobWorker:
 
     async def wait_idle(self) -> None:
         """Wait until this worker holds no run."""
-        while self._runs:
-            await asyncio.gather(*(t for t, _ in list(self._runs.values())))
+        while self._runs or self._hooks:
+            await asyncio.gather(*(t for t, _ in list(self._runs.values())), *list(self._hooks))
+
+    def _buried(self, driver: JobDriver) -> None:
+        """The rows the claim just buried (a lease lapsed on the final attempt): count each of a
+        job this worker declares and tell its ``on_settled`` ``dead-lettered`` (``dropped`` for a
+        ``dead_letter=False`` job, buried ``failed``)."""
+        if not isinstance(driver, ExhaustionReporter):
+            return
+        for row in driver.take_exhausted():
+            job = self.jobs.get(row.name)
+            if job is None:
+                continue
+            self._bump("dead" if row.outcome == "dead" else "failed")
+            if job.on_settled is not None:
+                task = asyncio.ensure_future(self._tell_buried(job, row))
+                self._hooks.add(task)
+                task.add_done_callback(self._hooks.discard)
+
+    async def _tell_buried(self, job: Job[Any, Any], row: ExhaustedJob) -> bool:
+        try:
+            value = job.parse(row.payload)
+        except Exception:  # a payload that no longer parses: input is None
+            value = None
+        as_claimed = ClaimedJob(
+            id=row.id,
+            run_id=row.run_id,
+            name=row.name,
+            queue=row.queue,
+            payload=row.payload,
+            attempt=row.attempt,
+            max_attempts=row.attempt,
+            claim="",
+            worker_id=self.id,
+            claimed_at_ms=0,
+            lease_expires_at_ms=0,
+            idempotency_key="",
+            tenant_id=row.tenant_id,
+        )
+        outcome: SettledOutcome = "dead-lettered" if row.outcome == "dead" else "dropped"
+        return await notify_settled(
+            job, as_claimed, outcome=outcome, input=value, error=row.last_error
+        )
 
     def _spawn(self, claimed: Sequence[ClaimedJob]) -> None:
         if not claimed:
