@@ -11,6 +11,7 @@ from ultimat3.jobs._model import (
     QueueStats,
 )
 from ultimat3.jobs._ports import (
+    ExhaustionReporter,
     JobDriver,
 )
 
@@ -77,6 +78,7 @@ class RunConformance(ConformanceBase):
         assert await self.counts(driver, q) == {"dead": 1}
         exhausted = [e for e in events if e["event"] == "jobs.claim.exhausted"]
         assert len(exhausted) == 1 and exhausted[0]["job_id"] == old.id
+        self.check_reported_once(driver, q, old.id, name, "dead")
         assert not await driver.ack(old.id, worker_id=old.worker_id, claim=old.claim)
         intro = self.introspect(driver)
         if intro is not None:
@@ -102,10 +104,22 @@ class RunConformance(ConformanceBase):
             assert await self.claim(driver, q, no_dead_letter=(name,)) == []
         assert await self.counts(driver, q) == {"failed": 1}
         assert [e["job_id"] for e in events if e["event"] == "jobs.claim.exhausted"] == [first.id]
+        self.check_reported_once(driver, q, first.id, name, "failed")
         intro = self.introspect(driver)
         if intro is not None:
             last_error = (await intro.show(first.id)).last_error
             assert last_error is not None and last_error["code"] == "X_JOB_LEASE_LOST"
+
+    def check_reported_once(
+        self, driver: JobDriver, queue: str, job_id: str, name: str, outcome: str
+    ) -> None:
+        """A driver that is an ``ExhaustionReporter`` reports the row its claim buried, once."""
+        if not isinstance(driver, ExhaustionReporter):
+            return
+        [row] = [e for e in driver.take_exhausted() if e.queue == queue]
+        assert (row.id, row.name, row.outcome, row.payload) == (job_id, name, outcome, {"n": 1})
+        assert row.last_error is not None and row.last_error["code"] == "X_JOB_LEASE_LOST"
+        assert [e for e in driver.take_exhausted() if e.queue == queue] == [], "reported once"
 
     # --- progress and steps -------------------------------------------------------------------
 
