@@ -416,6 +416,8 @@ async def latency_child(dsn: str, samples: int, overrides: dict[str, Any]) -> No
     done = asyncio.Event()
 
     def on_body(n: int) -> None:
+        if n < 0:
+            return  # the parent's warm-up enqueue
         starts.setdefault(n, time.monotonic_ns())
         if len(starts) >= samples:
             done.set()

@@ -38,7 +38,8 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         original = getattr(Database, method)
 
         async def counted(self: Database, name: str, *a: Any, _o: Any = original, **kw: Any) -> Any:
-            sent[name] += 1
+            if name != "wake_probe":  # the throttle's trailing wake goes out on its own timer
+                sent[name] += 1
             return await _o(self, name, *a, **kw)
 
         monkeypatch.setattr(Database, method, counted)
@@ -149,12 +150,14 @@ async def test_a_ready_enqueue_notifies_its_queue_on_commit_only(
             await conn.commit()
         await pg_driver.enqueue(req(3, queue="later", delay_ms=60_000))
         await pg_driver.enqueue(req(4, queue="direct"))
-        await pg_driver.enqueue(req(5, queue="direct"))  # inside 250 ms: kept silent
+        # inside the queue's window it goes silent, and one trailing notification follows its
+        # commit (past the window, it notifies itself): "direct" twice either way
+        await pg_driver.enqueue(req(5, queue="direct"))
         got: list[str] = []
         async for note in listener.notifies(timeout=0.5):
             assert note.channel == channel
             got.append(note.payload)
-    assert got == ["kept", "direct"]
+    assert got == ["kept", "direct", "direct"]
 
 
 async def test_the_driver_reads_the_database_clock(pg_driver: PostgresJobDriver) -> None:

@@ -84,6 +84,8 @@ class ProgressWriter:
         self._pending = {"done": done, "total": total, "note": note}
         now = self._monotonic()
         if self._last_at is None or now - self._last_at >= PROGRESS_INTERVAL_S:
+            if self._timer is not None:  # written now: the throttled write is moot
+                self._timer.cancel()
             self._write()
         elif self._timer is None:
             wait = PROGRESS_INTERVAL_S - (now - self._last_at)

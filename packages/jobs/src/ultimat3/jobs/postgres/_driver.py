@@ -51,9 +51,6 @@ if TYPE_CHECKING:
 
 _ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()
-WAKE_INTERVAL_S: Final = 0.25
-"""At most one notification per queue per 250 ms from one process (Postgres serialises every
-notifying commit behind one lock)."""
 
 
 def _positive_ms(value: object, what: str) -> int:
@@ -130,6 +127,7 @@ class PostgresJobDriver:
         """Send the acks still pending, then close the pool the driver opened; a pool the caller
         passed in stays the caller's."""
         await self._acker.idle()
+        await self._enqueuer.close()
         await self._db.close()
 
     async def start_wake(

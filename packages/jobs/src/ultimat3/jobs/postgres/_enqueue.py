@@ -1,9 +1,17 @@
 """Enqueue on Postgres: the checks every request passes before anything is written, the notify
 throttle, and the statements (one per enqueue, one per ENQUEUE_CHUNK distinct inputs of a batch).
+
+The throttle: an enqueue carries its queue's ``pg_notify`` unless another did within the last
+``WAKE_INTERVAL_S`` (Postgres serialises every notifying commit behind one lock, so a burst of
+concurrent enqueues must not all notify). An enqueue that went without one is announced by ONE
+trailing notification per queue, sent after it committed, at the window's end: an idle worker
+hears of every committed job within the window, never only at its next poll.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -19,9 +27,9 @@ from ._rows import check_text, check_uuid, is_plain_json, json_form, json_text, 
 
 ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()
-WAKE_INTERVAL_S: Final = 0.25
-"""At most one notification per queue per 250 ms from one process (Postgres serialises every
-notifying commit behind one lock)."""
+WAKE_INTERVAL_S: Final = 0.01
+"""At most one notifying enqueue per queue per 10 ms from one process (Postgres serialises every
+notifying commit behind one lock), plus one trailing notification for those in between."""
 MAX_QUEUE_BYTES: Final = 7999
 """A queue name is a NOTIFY payload (under 8000 bytes): a longer one is refused at enqueue, delayed
 or not, rather than stored to fail every later statement that announces its queue."""
@@ -58,9 +66,11 @@ class Enqueuer:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._woken: dict[str, float] = {}
+        self._owed: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle]] = {}
+        self._trailing: set[asyncio.Task[None]] = set()
 
     def wake_due(self, queue: str) -> bool:
-        """Whether this enqueue should carry the queue's notification (one per 250 ms)."""
+        """Whether this enqueue should carry the queue's notification (one per window)."""
         now = time.monotonic()
         last = self._woken.get(queue)
         if last is not None and now - last < WAKE_INTERVAL_S:
@@ -69,6 +79,42 @@ class Enqueuer:
             self._woken.clear()
         self._woken[queue] = now
         return True
+
+    def owe(self, queue: str) -> None:
+        """A job of ``queue`` committed without a notification: send one trailing notification
+        at the end of the queue's window (one covers every job committed before it is sent)."""
+        loop = asyncio.get_running_loop()
+        owed = self._owed.get(queue)
+        if owed is not None and owed[0] is loop and not owed[1].cancelled():
+            return  # one is scheduled, and it is sent after this commit
+        last = self._woken.get(queue, 0.0)
+        delay = max(0.0, last + WAKE_INTERVAL_S - time.monotonic())
+        self._owed[queue] = (loop, loop.call_later(delay, self._notify_owed, queue))
+
+    def _notify_owed(self, queue: str) -> None:
+        self._owed.pop(queue, None)
+        self._woken[queue] = time.monotonic()  # the window restarts with this notification
+        task = asyncio.ensure_future(self._send_notify(queue))
+        self._trailing.add(task)
+        task.add_done_callback(self._trailing.discard)
+
+    async def _send_notify(self, queue: str) -> None:
+        # a hint: a failure costs the wait until the workers' next poll, never a job
+        with contextlib.suppress(Exception):
+            await self._db.fetchone(
+                "wake_probe", {"token": queue}, what=f"the trailing wake of queue {queue!r}"
+            )
+
+    async def close(self) -> None:
+        """Send the trailing notifications still owed (the jobs committed), then stop."""
+        owed, self._owed = self._owed, {}
+        loop = asyncio.get_running_loop()
+        for queue, (owner, handle) in owed.items():
+            handle.cancel()
+            if owner is loop:
+                self._notify_owed(queue)
+        if self._trailing:
+            await asyncio.gather(*self._trailing, return_exceptions=True)
 
     @staticmethod
     def checked(req: EnqueueRequest) -> Any:
@@ -126,12 +172,14 @@ class Enqueuer:
     async def enqueue(self, request: EnqueueRequest, conn: Conn | None) -> EnqueueResult:
         """One statement, one commit (or none: on ``conn`` the caller commits)."""
         params = self.params(request)
-        params["notify"] = conn is not None or self.wake_due(request.queue)
+        notify = params["notify"] = conn is not None or self.wake_due(request.queue)
         for _ in range(3):
             row = await self._db.fetchone(
                 "enqueue", params, conn=conn, what=f"enqueue of job {request.id}"
             )
             if row is not None:
+                if not notify and not row[2]:
+                    self.owe(request.queue)  # committed (autocommit) without its notification
                 return EnqueueResult(id=row[0], run_id=row[1], deduped=row[2])
             # The row that won the key committed after this statement's snapshot: ask again.
         raise XError(
@@ -156,16 +204,22 @@ class Enqueuer:
         forms = [self.checked(req) for req in requests]
         results: dict[int, EnqueueResult] = {}
         pending = list(range(len(requests)))
-        for _ in range(ENQUEUE_ROUNDS):
-            pending = await self._enqueue_round(requests, forms, pending, results, conn)
-            if not pending:
-                break
-        else:
-            raise XError(
-                "X_DRIVER_UNAVAILABLE",
-                f"enqueue_many: {len(pending)} keys are held by rows this transaction cannot see",
-                fix="retry the enqueue (in a READ COMMITTED transaction, or outside one)",
-            )
+        silent: set[str] = set()
+        try:
+            for _ in range(ENQUEUE_ROUNDS):
+                pending = await self._enqueue_round(requests, forms, pending, results, conn, silent)
+                if not pending:
+                    break
+            else:
+                raise XError(
+                    "X_DRIVER_UNAVAILABLE",
+                    f"enqueue_many: {len(pending)} keys are held by rows this transaction cannot "
+                    "see",
+                    fix="retry the enqueue (in a READ COMMITTED transaction, or outside one)",
+                )
+        finally:
+            for queue in silent:  # chunks that committed without their notification
+                self.owe(queue)
         return [results[i] for i in range(len(requests))]
 
     async def _enqueue_round(
@@ -175,6 +229,7 @@ class Enqueuer:
         pending: list[int],
         results: dict[int, EnqueueResult],
         conn: Conn | None,
+        silent: set[str],
     ) -> list[int]:
         """One round over ``pending`` (input order), as the memory driver would take them one by
         one: the first input of each live key (and id) is sent, one statement per
@@ -210,7 +265,7 @@ class Enqueuer:
         later: list[int] = []
         for chunk, doc in zip(chunks, docs, strict=True):
             queues = {requests[i].queue for i in chunk}
-            lost = await self._enqueue_chunk(doc, len(chunk), queues, conn)
+            lost = await self._enqueue_chunk(doc, len(chunk), queues, conn, silent)
             for position, i in enumerate(chunk, start=1):
                 outcome = lost.get(position, _INSERTED)
                 if outcome is _INSERTED:
@@ -259,13 +314,14 @@ class Enqueuer:
         return doc
 
     async def _enqueue_chunk(
-        self, doc: str, size: int, queues: set[str], conn: Conn | None
+        self, doc: str, size: int, queues: set[str], conn: Conn | None, silent: set[str]
     ) -> dict[int, tuple[str, str, bool] | None]:
         """One statement for one chunk. Answers, by 1-based position, the inputs NOT inserted:
         ``(id, run_id, holds_key)`` of the row that won (``holds_key``: it is the live holder of
         the input's key, not only its id), or ``None`` when it is not visible yet."""
         woken = [self.wake_due(q) for q in queues]  # every queue's slot, not the first only
-        params = {"rows": doc, "notify": conn is not None or any(woken)}
+        notify = conn is not None or any(woken)
+        params = {"rows": doc, "notify": notify}
         what = f"enqueue_many of {size} jobs"
         if conn is None:
             try:
@@ -276,4 +332,6 @@ class Enqueuer:
                 rows = await self._db.fetchall("enqueue_many", params, what=what)
         else:
             rows = await self._db.fetchall("enqueue_many", params, conn=conn, what=what)
+        if not notify:
+            silent |= queues  # committed without their notification
         return {int(r[0]): (None if r[1] is None else (r[1], r[2], r[5])) for r in rows if r[0]}
