@@ -3,9 +3,11 @@ throttle, and the statements (one per enqueue, one per ENQUEUE_CHUNK distinct in
 
 The throttle: an enqueue carries its queue's ``pg_notify`` unless another did within the last
 ``WAKE_INTERVAL_S`` (Postgres serialises every notifying commit behind one lock, so a burst of
-concurrent enqueues must not all notify). An enqueue that went without one is announced by ONE
-trailing notification per queue, sent after it committed, at the window's end: an idle worker
-hears of every committed job within the window, never only at its next poll.
+concurrent enqueues must not all notify). An enqueue that went without one is announced after it
+committed: by the next enqueue of its queue that notifies (it starts after that commit, so it
+commits after it), or — when none comes within half a window past the window's end — by ONE
+trailing notification of its own. An idle worker hears of every committed job within about 1.5
+windows, never only at its next poll; a steady stream sends no extra statement.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()
 WAKE_INTERVAL_S: Final = 0.01
 """At most one notifying enqueue per queue per 10 ms from one process (Postgres serialises every
-notifying commit behind one lock), plus one trailing notification for those in between."""
+notifying commit behind one lock); the enqueues in between are announced by the next one that
+notifies, or by one trailing notification."""
+TRAILING_AFTER_S: Final = 1.5 * WAKE_INTERVAL_S
+"""When the trailing notification goes out, from the window's start, unless an enqueue that
+notifies came first."""
 MAX_QUEUE_BYTES: Final = 7999
 """A queue name is a NOTIFY payload (under 8000 bytes): a longer one is refused at enqueue, delayed
 or not, rather than stored to fail every later statement that announces its queue."""
@@ -78,17 +84,23 @@ class Enqueuer:
         if len(self._woken) > 10_000:
             self._woken.clear()
         self._woken[queue] = now
+        owed = self._owed.pop(queue, None)
+        if owed is not None:
+            # this enqueue starts after the silent ones committed: its notification, delivered at
+            # its own commit, announces them too
+            owed[1].cancel()
         return True
 
     def owe(self, queue: str) -> None:
-        """A job of ``queue`` committed without a notification: send one trailing notification
-        at the end of the queue's window (one covers every job committed before it is sent)."""
+        """A job of ``queue`` committed without a notification: unless an enqueue of the queue
+        notifies first, send one trailing notification half a window after the window's end
+        (one covers every job committed before it is sent)."""
         loop = asyncio.get_running_loop()
         owed = self._owed.get(queue)
         if owed is not None and owed[0] is loop and not owed[1].cancelled():
             return  # one is scheduled, and it is sent after this commit
         last = self._woken.get(queue, 0.0)
-        delay = max(0.0, last + WAKE_INTERVAL_S - time.monotonic())
+        delay = max(0.0, last + TRAILING_AFTER_S - time.monotonic())
         self._owed[queue] = (loop, loop.call_later(delay, self._notify_owed, queue))
 
     def _notify_owed(self, queue: str) -> None:
