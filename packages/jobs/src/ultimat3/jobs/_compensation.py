@@ -113,7 +113,7 @@ async def unwind(
         pass  # what the body throws past its last stored step is the failure being unwound
     finally:
         state.replaying = False
-    for comp in reversed(state.compensators):
+    for comp in reversed(state.compensators or ()):
         name = COMPENSATE_PREFIX + comp.name
         done = state.stored.get(name)
         if done is not None and done.state == "completed":

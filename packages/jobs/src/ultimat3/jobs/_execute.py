@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as otel_trace
@@ -48,8 +47,6 @@ from ._settles import Settles
 from ._steps import RunState, Step, StepSuspended, error_dict
 
 if TYPE_CHECKING:
-    from ultimat3.core import Signal
-
     from ._declare import Job
     from ._ports import JobDriver
 
@@ -116,6 +113,29 @@ _PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 class _Attempt(Settles):
+    __slots__ = (
+        "_first",
+        "_loop",
+        "claim_mono",
+        "claimed",
+        "controller",
+        "driver",
+        "job",
+        "monotonic",
+        "original",
+        "progress",
+        "result",
+        "settings",
+        "settled",
+        "settler",
+        "settling",
+        "slot",
+        "started",
+        "state",
+        "unwinding",
+        "value",
+    )
+
     def __init__(
         self,
         claimed: ClaimedJob,
@@ -142,6 +162,8 @@ class _Attempt(Settles):
         self.unwinding = False
         self.settling = False
         self.original: dict[str, Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._first: asyncio.Future[None] | None = None
 
     async def execute(self) -> RunOutcome:
         claimed = self.claimed
@@ -161,10 +183,13 @@ class _Attempt(Settles):
         try:
             outcome = await self._attempt(job)
         finally:
-            await heartbeat.stop()
+            beat = heartbeat.halt()
+            if beat is not None:  # a renewal is out: cancel it, and wait for it to stop
+                await heartbeat.stop(beat)
             if self.progress is not None:
                 self.progress.close()
-        await self._after_settle(job, outcome)
+        if outcome.landed and (self.slot is not None or job.on_settled is not None):
+            await self._after_settle(job, outcome)
         return outcome
 
     def _settle_sent(self) -> bool:
@@ -252,7 +277,7 @@ class _Attempt(Settles):
             fallback_bus=settings.fallback_event_bus,
             observer=settings.observer,
         )
-        actor = Actor(id=f"job:{job.name}", org_id=claimed.tenant_id, kind="job")
+        actor = _actor(job.name, claimed.tenant_id)
         ctx = JobContext(
             signal=signal,
             job_id=claimed.id,
@@ -274,18 +299,8 @@ class _Attempt(Settles):
         if settings.observer is not None:
             await settings.observer.observe(RunEvent("start", claimed, renew=self._renew))
 
-        async def body() -> Any:
-            with use_signal(signal), use_actor(actor), use_tenant(claimed.tenant_id):
-                if self.unwinding:
-                    assert self.original is not None
-                    # replay only to re-register the compensators, then undo
-                    return await unwind(
-                        state, lambda: job.run(value, Step(state), ctx), self.original
-                    )
-                return await job.run(value, Step(state), ctx)
-
         loop = asyncio.get_running_loop()
-        task: asyncio.Task[Any] = loop.create_task(body())
+        task: asyncio.Task[Any] = loop.create_task(self._body(job, value, state, ctx, actor))
         timer = None
         if job.timeout_ms is not None:
             reason = XError(
@@ -295,19 +310,12 @@ class _Attempt(Settles):
                 meta={"job_id": claimed.id, "timeout_ms": job.timeout_ms},
             )
             timer = loop.call_later(job.timeout_ms / 1000, self.controller.abort, reason)
-        # the body ending or the signal aborting, whichever comes first (no task of its own)
-        first: asyncio.Future[None] = loop.create_future()
-        body_ended = settings.body_ended
-        if body_ended is None:
-            task.add_done_callback(lambda _: _resolve(first))
-        else:
-
-            def ended(_: object) -> None:
-                _resolve(first)
-                body_ended(claimed)
-
-            task.add_done_callback(ended)
-        unsubscribe = _on_abort(signal, loop, first)
+        # the body ending or the signal aborting, whichever comes first (no task of its own;
+        # methods, not closures: a run leaves nothing for the cycle collector)
+        first = self._first = loop.create_future()
+        self._loop = loop
+        task.add_done_callback(self._body_done)
+        unsubscribe = signal.add_listener(self._aborted)
         try:
             await first
         except asyncio.CancelledError:
@@ -317,9 +325,44 @@ class _Attempt(Settles):
             if timer is not None:
                 timer.cancel()
             unsubscribe()
-        if task.done():
-            return await self._ended(task)
-        return await self._cancelled(task)
+        if not task.done():
+            return await self._cancelled(task)
+        if (
+            not task.cancelled()
+            and task.exception() is None
+            and not self.unwinding
+            and state.suspension is None
+        ):
+            return await self._complete(task.result())  # the body returned: ack
+        return await self._ended(task)
+
+    async def _body(
+        self, job: Job[Any, Any], value: Any, state: RunState, ctx: JobContext, actor: Actor
+    ) -> Any:
+        with use_signal(ctx.signal), use_actor(actor), use_tenant(self.claimed.tenant_id):
+            if self.unwinding:
+                original = self.original
+                assert original is not None
+                # replay only to re-register the compensators, then undo
+                return await unwind(state, lambda: job.run(value, Step(state), ctx), original)
+            return await job.run(value, Step(state), ctx)
+
+    def _body_done(self, task: asyncio.Task[Any]) -> None:
+        first = self._first
+        if first is not None and not first.done():
+            first.set_result(None)
+        body_ended = self.settings.body_ended
+        if body_ended is not None:
+            body_ended(self.claimed)
+
+    def _aborted(self, reason: XError) -> None:
+        """The run's signal aborted (on any thread): the attempt looks a few loop turns after a
+        body awaiting the same signal heard it, so the body reacts to its own cancellation first
+        (it may stop, or raise the reason), as when the attempt waited on ``signal.wait()``."""
+        loop, first = self._loop, self._first
+        if loop is not None and first is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_resolve_later, loop, first, 2)
 
     def _progress_writer(self) -> ProgressWriter:
         """The run's progress writer, made on the body's first ``ctx.progress``."""
@@ -434,6 +477,20 @@ class _Attempt(Settles):
             )
 
 
+_ACTORS: dict[tuple[str, str | None], Actor] = {}
+
+
+def _actor(name: str, tenant_id: str | None) -> Actor:
+    """A run's ambient actor, ``Actor(id='job:<name>', org_id=<tenant>, kind='job')``: one per
+    job and tenant (an ``Actor`` is frozen, so runs share it)."""
+    actor = _ACTORS.get((name, tenant_id))
+    if actor is None:
+        if len(_ACTORS) >= 4096:
+            _ACTORS.clear()
+        actor = _ACTORS[(name, tenant_id)] = Actor(id=f"job:{name}", org_id=tenant_id, kind="job")
+    return actor
+
+
 def _resolve(first: asyncio.Future[None]) -> None:
     if not first.done():
         first.set_result(None)
@@ -446,20 +503,6 @@ def _resolve_later(
         loop.call_soon(_resolve_later, loop, first, turns - 1)
     else:
         _resolve(first)
-
-
-def _on_abort(
-    signal: Signal, loop: asyncio.AbstractEventLoop, first: asyncio.Future[None]
-) -> Callable[[], None]:
-    """Resolve ``first`` when ``signal`` aborts, whoever aborts it (any thread), a few loop turns
-    after a body awaiting the same signal hears it: the body reacts to its own cancellation
-    first (it may stop, or raise the reason), as when the attempt waited on ``signal.wait()``."""
-
-    def aborted(reason: XError) -> None:
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            loop.call_soon_threadsafe(_resolve_later, loop, first, 2)
-
-    return signal.add_listener(aborted)
 
 
 def _swallow(task: asyncio.Future[Any]) -> None:

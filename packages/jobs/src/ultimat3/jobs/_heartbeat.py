@@ -133,11 +133,17 @@ class Heartbeat:
         self._grid = _grid(self._interval_s)
         self._grid.add(self)
 
-    async def stop(self) -> None:
+    def halt(self) -> asyncio.Task[None] | None:
+        """Stop ticking; answers the renewal still out, if one is (``stop`` cancels it)."""
         grid, self._grid = self._grid, None
         if grid is not None:
             grid.discard(self)
         beat, self._beat = self._beat, None
+        return beat if beat is not None and not beat.done() else None
+
+    async def stop(self, beat: asyncio.Task[None] | None = None) -> None:
+        """Stop ticking and cancel the renewal still out, waiting for it to stop."""
+        beat = beat or self.halt()
         if beat is not None and not beat.done():
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

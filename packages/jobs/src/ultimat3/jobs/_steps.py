@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
@@ -93,15 +93,17 @@ class RunState:
     """The bus passed to the worker; resolved on the first wait (``bus()``) otherwise."""
     fallback_bus: EventBus | None = None
     """The worker's driver's own bus, when neither one was passed nor one is installed."""
-    used: set[str] = field(default_factory=set)
+    used: set[str] | None = None
+    """The step names taken so far (made at the first step)."""
     sleeps: int = 0
     ended: bool = False
     suspension: Suspension | None = None
     failed_step: str | None = None
     """The step whose ``fn`` raised last, so the row's error can name it."""
     observer: RunObserver | None = None
-    compensators: list[Compensator] = field(default_factory=list)
-    """Registered in the order the steps completed; the unwind runs them last-in first-out."""
+    compensators: list[Compensator] | None = None
+    """Registered in the order the steps completed; the unwind runs them last-in first-out
+    (made at the first registration)."""
     replaying: bool = False
     """An unwinding attempt: steps answer stored outputs and never call ``fn``."""
     unwind_step: str | None = None
@@ -131,6 +133,8 @@ class RunState:
         self, name: str, fn: Callable[..., Any] | None, output: Any, *, unknown: bool = False
     ) -> None:
         if fn is not None:
+            if self.compensators is None:
+                self.compensators = []
             self.compensators.append(Compensator(name, fn, output, unknown))
 
     def now_ms(self) -> int:
@@ -159,7 +163,10 @@ class RunState:
             )
 
     def claim_name(self, name: str, what: str) -> None:
-        if name in self.used:
+        used = self.used
+        if used is None:
+            used = self.used = set()
+        elif name in used:
             raise XError(
                 "X_STEP_DUPLICATE",
                 f"job {self.job.name!r}: {what} {name!r} is used twice in one run",
@@ -167,7 +174,7 @@ class RunState:
                 "loop: f'sync:{row.id}')",
                 meta={"job": self.job.name, "step": name},
             )
-        self.used.add(name)
+        used.add(name)
 
     async def record(
         self, name: str, state: str, *, output: Any = None, error: Any = None, once: bool = False
