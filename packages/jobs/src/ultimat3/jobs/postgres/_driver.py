@@ -78,6 +78,7 @@ class PostgresJobDriver:
         max_size: int = 10,
         timeout_s: float = 10.0,
         name: str = "postgres",
+        notify_window_ms: int = 250,
     ) -> None:
         self._name = name
         self._db = Database(
@@ -93,7 +94,17 @@ class PostgresJobDriver:
         self.leases = PostgresLeaseStore(self._db)
         self.introspect = PostgresJobIntrospection(self._db)
         self.backfills = PostgresBackfillLedger(self._db)
-        self._enqueuer = Enqueuer(self._db)
+        if (
+            isinstance(notify_window_ms, bool)
+            or not isinstance(notify_window_ms, int)
+            or (notify_window_ms < 0)
+        ):
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"notify_window_ms {notify_window_ms!r} is not a whole number of ms >= 0",
+                fix="pass notify_window_ms=250 (the default) or a smaller window such as 10",
+            )
+        self._enqueuer = Enqueuer(self._db, window_s=notify_window_ms / 1000)
         self._acker = AckBatcher(self._db, self._stepless)
         self._bus: PostgresEventBus | None = None
 
@@ -492,11 +503,19 @@ def postgres_job_driver(
     min_size: int = 1,
     max_size: int = 10,
     timeout_s: float = 10.0,
+    notify_window_ms: int = 250,
 ) -> PostgresJobDriver:
     """The durable driver over ``dsn_or_pool``: a DSN (the driver owns a pool, opened on first
     use or by ``await driver.open()``, closed by ``close()``) or the caller's
     ``psycopg_pool.AsyncConnectionPool`` (opened and closed by the caller). Tables live in
-    ``schema`` (default ``public``); run :func:`migrate` first."""
+    ``schema`` (default ``public``); run :func:`migrate` first. ``notify_window_ms``: at most one
+    wake notification per queue per window from this process (250 ms, the spec's default), the
+    enqueues inside it announced by one trailing notification; ``0`` notifies with every enqueue."""
     return PostgresJobDriver(
-        dsn_or_pool, schema=schema, min_size=min_size, max_size=max_size, timeout_s=timeout_s
+        dsn_or_pool,
+        schema=schema,
+        min_size=min_size,
+        max_size=max_size,
+        timeout_s=timeout_s,
+        notify_window_ms=notify_window_ms,
     )

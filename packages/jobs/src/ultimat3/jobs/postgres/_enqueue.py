@@ -2,12 +2,13 @@
 throttle, and the statements (one per enqueue, one per ENQUEUE_CHUNK distinct inputs of a batch).
 
 The throttle: an enqueue carries its queue's ``pg_notify`` unless another did within the last
-``WAKE_INTERVAL_S`` (Postgres serialises every notifying commit behind one lock, so a burst of
-concurrent enqueues must not all notify). An enqueue that went without one is announced after it
-committed: by the next enqueue of its queue that notifies (it starts after that commit, so it
-commits after it), or — when none comes within half a window past the window's end — by ONE
-trailing notification of its own. An idle worker hears of every committed job within about 1.5
-windows, never only at its next poll; a steady stream sends no extra statement.
+window (``WAKE_INTERVAL_S``, 250 ms by default; Postgres serialises every notifying commit behind
+one lock, so a burst of concurrent enqueues must not all notify). An enqueue that went without
+one is announced after it committed: by the next enqueue of its queue that notifies (it starts
+after that commit, so it commits after it), or — when none comes within half a window past the
+window's end — by ONE trailing notification of its own. An idle worker hears of every committed
+job within about 1.5 windows, never only at its next poll; a steady stream sends no extra
+statement.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from ._rows import check_text, check_uuid, is_plain_json, json_form, json_text, 
 
 ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()
-WAKE_INTERVAL_S: Final = 0.01
-"""At most one notifying enqueue per queue per 10 ms from one process (Postgres serialises every
-notifying commit behind one lock); the enqueues in between are announced by the next one that
-notifies, or by one trailing notification."""
-TRAILING_AFTER_S: Final = 1.5 * WAKE_INTERVAL_S
-"""When the trailing notification goes out, from the window's start, unless an enqueue that
-notifies came first."""
+WAKE_INTERVAL_S: Final = 0.25
+"""The spec's default window: at most one notifying enqueue per queue per 250 ms from one process
+(Postgres serialises every notifying commit behind one lock); the enqueues in between are
+announced by the next one that notifies, or by one trailing notification. A driver may narrow it
+(``postgres_job_driver(..., notify_window_ms=10)``)."""
+TRAILING_FACTOR: Final = 1.5
+"""When the trailing notification goes out, in windows from the window's start, unless an enqueue
+that notifies came first."""
 MAX_QUEUE_BYTES: Final = 7999
 """A queue name is a NOTIFY payload (under 8000 bytes): a longer one is refused at enqueue, delayed
 or not, rather than stored to fail every later statement that announces its queue."""
@@ -69,8 +71,9 @@ def _plainly_valid(req: EnqueueRequest) -> bool:
 class Enqueuer:
     """The enqueue half of the driver: ``enqueue`` and ``enqueue_many`` over one database."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, window_s: float = WAKE_INTERVAL_S) -> None:
         self._db = db
+        self._window_s = window_s
         self._woken: dict[str, float] = {}
         self._owed: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle]] = {}
         self._trailing: set[asyncio.Task[None]] = set()
@@ -79,7 +82,7 @@ class Enqueuer:
         """Whether this enqueue should carry the queue's notification (one per window)."""
         now = time.monotonic()
         last = self._woken.get(queue)
-        if last is not None and now - last < WAKE_INTERVAL_S:
+        if last is not None and now - last < self._window_s:
             return False
         if len(self._woken) > 10_000:
             self._woken.clear()
@@ -100,7 +103,7 @@ class Enqueuer:
         if owed is not None and owed[0] is loop and not owed[1].cancelled():
             return  # one is scheduled, and it is sent after this commit
         last = self._woken.get(queue, 0.0)
-        delay = max(0.0, last + TRAILING_AFTER_S - time.monotonic())
+        delay = max(0.0, last + TRAILING_FACTOR * self._window_s - time.monotonic())
         self._owed[queue] = (loop, loop.call_later(delay, self._notify_owed, queue))
 
     def _notify_owed(self, queue: str) -> None:
