@@ -11,7 +11,7 @@ postgresql://postgres@127.0.0.1:5432/test). Measured, 3 times each (the table sh
 (a) 1,000 single enqueues, rows/s; one bulk enqueue of 1,000, rows/s.
 (b) drain of ``--jobs`` pre-enqueued no-op jobs by ONE worker process (a child process), from
     the worker's start to the moment the database holds every job settled.
-(c) pickup latency of an idle worker (a child process): 200 enqueues ~20 ms apart from this
+(c) pickup latency of an idle worker (a child process): 200 enqueues 300 ms apart from this
     process; latency = the body's start minus the enqueue's return (its commit), both on
     CLOCK_MONOTONIC; p50 and p99.
 (d) ours only: outbox relay rows/s over 10,000 staged rows.
