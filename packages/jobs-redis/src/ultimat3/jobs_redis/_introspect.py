@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from ultimat3.core import XError, from_epoch_ms
 from ultimat3.jobs._cursor import parse_job_cursor
+from ultimat3.jobs._introspect_rules import check_name, check_state, job_not_found
 from ultimat3.jobs._model import (
-    ALL_STATES,
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
     MAX_TASK_FIRES,
@@ -58,16 +58,6 @@ def _micros(when: datetime, *, name: str) -> int:
     return (when - _EPOCH) // timedelta(microseconds=1)
 
 
-def _check_state(state: object, *, what: str) -> JobState:
-    if state not in ALL_STATES:
-        raise XError(
-            "X_INVARIANT",
-            f"{what}: {state!r} is not a job state",
-            fix=f"use one of {', '.join(ALL_STATES)}",
-        )
-    return state
-
-
 def _pad(ms: int) -> str:
     return f"{min(max(ms, 0), _MAX_MS):016d}"
 
@@ -90,23 +80,6 @@ def _lex(bound: Bound | None, *, upper: bool) -> str:
     return ("[" if bound[1] else "(") + bound[0]
 
 
-def _not_found(job_id: str) -> XError:
-    return XError(
-        "X_JOB_NOT_FOUND",
-        f"no job has the id {job_id!r}",
-        fix="check the id with x jobs list --json",
-        status=404,
-    )
-
-
-def _named(value: str, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise XError(
-            "X_INVARIANT", f"pause: the {what} name {value!r} is empty", fix=f"name the {what}"
-        )
-    return value
-
-
 class RedisJobIntrospection:
     """Every member of ``JobIntrospection``; each call is one script run (``list`` may take a
     few, see the module docstring), so each change is atomic."""
@@ -119,7 +92,7 @@ class RedisJobIntrospection:
     async def show(self, job_id: str) -> JobDetail:
         row, steps = await self._r.run("show", job_id, op="show a job")
         if not row:
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         return job_detail(row, step_records(steps))
 
     async def list(
@@ -152,7 +125,7 @@ class RedisJobIntrospection:
                 fix=f"ask for at most {MAX_JOB_PAGE} rows a page and page on with after=",
             )
         if state is not None:
-            _check_state(state, what="introspect.list")
+            check_state(state, what="introspect.list")
         lower: Bound | None = None
         upper: Bound | None = None
         if created_from is not None:
@@ -214,7 +187,7 @@ class RedisJobIntrospection:
     async def remove(self, job_id: str) -> None:
         status = text(await self._r.run("remove", job_id, op="remove a job"))
         if status == "missing":
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         if status == "running":
             raise XError(
                 "X_JOB_NOT_REMOVABLE",
@@ -252,7 +225,7 @@ class RedisJobIntrospection:
         tenant_id: str | None = None,
     ) -> BulkResult:
         """Deletes up to ``MAX_BULK_ROWS`` rows in ``state``, oldest first."""
-        _check_state(state, what="introspect.remove_many")
+        check_state(state, what="introspect.remove_many")
         if state == "running":
             raise XError(
                 "X_JOB_NOT_REMOVABLE",
@@ -271,7 +244,7 @@ class RedisJobIntrospection:
         reply = await self._r.run("requeue", job_id, opt(from_step), op="requeue a job")
         status = text(reply[0])
         if status == "missing":
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         if status == "state":
             state = text(reply[1])
             raise XError(
@@ -311,7 +284,7 @@ class RedisJobIntrospection:
     ) -> BulkResult:
         """Requeues up to ``MAX_BULK_ROWS`` rows it can move, oldest first. A row whose key a live
         job holds stays, and is not counted in ``remaining``."""
-        _check_state(state, what="introspect.requeue_many")
+        check_state(state, what="introspect.requeue_many")
         if state not in TERMINAL_STATES:
             raise XError(
                 "X_JOB_NOT_REQUEUEABLE",
@@ -333,7 +306,7 @@ class RedisJobIntrospection:
         reply = await self._r.run("cancel", job_id, error_json, op="cancel a job")
         status = text(reply[0])
         if status == "missing":
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         if status == "ended":
             state = text(reply[1])
             raise XError(
@@ -349,7 +322,7 @@ class RedisJobIntrospection:
         reply = await self._r.run("promote", job_id, op="promote a job")
         status = text(reply[0])
         if status == "missing":
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         if status == "no":
             state = text(reply[1])
             why = "ready and already due" if state == "ready" else state
@@ -370,7 +343,7 @@ class RedisJobIntrospection:
         name: str | None = None,
         tenant_id: str | None = None,
     ) -> BulkResult:
-        _check_state(state, what="introspect.promote_many")
+        check_state(state, what="introspect.promote_many")
         if state not in PROMOTABLE_STATES:
             raise XError(
                 "X_INVARIANT",
@@ -411,7 +384,7 @@ class RedisJobIntrospection:
     def _resolved(job_id: str, step: str, reply: Sequence[Any]) -> StepRecord | None:
         status = text(reply[0])
         if status == "missing":
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         if status == "running":
             raise XError(
                 "X_INVARIANT",
@@ -440,7 +413,7 @@ class RedisJobIntrospection:
     # --- pause ----------------------------------------------------------------------------
 
     async def pause_queue(self, queue: str) -> None:
-        await self._r.run("pause", "pq", "add", _named(queue, "queue"), op="pause a queue")
+        await self._r.run("pause", "pq", "add", check_name(queue, "queue"), op="pause a queue")
 
     async def resume_queue(self, queue: str) -> None:
         await self._r.run("pause", "pq", "rem", queue, op="resume a queue")
@@ -449,7 +422,7 @@ class RedisJobIntrospection:
         return sorted(text(v) for v in await self._r.run("pause", "pq", "list", op="read pauses"))
 
     async def pause_task(self, task: str) -> None:
-        await self._r.run("pause", "pt", "add", _named(task, "task"), op="pause a task")
+        await self._r.run("pause", "pt", "add", check_name(task, "task"), op="pause a task")
 
     async def resume_task(self, task: str) -> None:
         await self._r.run("pause", "pt", "rem", task, op="resume a task")

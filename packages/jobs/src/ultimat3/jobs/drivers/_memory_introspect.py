@@ -8,8 +8,8 @@ from typing import Any
 
 from ultimat3.core import XError, from_epoch_ms
 from ultimat3.jobs._cursor import parse_job_cursor
+from ultimat3.jobs._introspect_rules import check_name, check_state
 from ultimat3.jobs._model import (
-    ALL_STATES,
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
     MAX_TASK_FIRES,
@@ -39,16 +39,6 @@ def _micros(when: datetime, *, name: str) -> int:
             fix="pass an aware datetime, e.g. datetime(2026, 1, 1, tzinfo=UTC)",
         )
     return (when - _EPOCH) // timedelta(microseconds=1)
-
-
-def _check_state(state: object, *, what: str) -> JobState:
-    if state not in ALL_STATES:
-        raise XError(
-            "X_INVARIANT",
-            f"{what}: {state!r} is not a job state",
-            fix=f"use one of {', '.join(ALL_STATES)}",
-        )
-    return state
 
 
 class MemoryJobIntrospection:
@@ -105,7 +95,7 @@ class MemoryJobIntrospection:
                 fix=f"ask for at most {MAX_JOB_PAGE} rows a page and page on with after=",
             )
         if state is not None:
-            _check_state(state, what="introspect.list")
+            check_state(state, what="introspect.list")
         lo = None if created_from is None else _micros(created_from, name="created_from")
         hi = None if created_to is None else _micros(created_to, name="created_to")
         cursor: tuple[int, str] | None = None
@@ -179,7 +169,7 @@ class MemoryJobIntrospection:
         tenant_id: str | None = None,
     ) -> BulkResult:
         """Deletes up to ``MAX_BULK_ROWS`` rows in ``state``, oldest first."""
-        _check_state(state, what="introspect.remove_many")
+        check_state(state, what="introspect.remove_many")
         if state == "running":
             raise XError(
                 "X_JOB_NOT_REMOVABLE",
@@ -255,7 +245,7 @@ class MemoryJobIntrospection:
     ) -> BulkResult:
         """Requeues up to ``MAX_BULK_ROWS`` rows it can move, oldest first. A row whose key a live
         job holds stays, and is not counted in ``remaining``."""
-        _check_state(state, what="introspect.requeue_many")
+        check_state(state, what="introspect.requeue_many")
         if state not in TERMINAL_STATES:
             raise XError(
                 "X_JOB_NOT_REQUEUEABLE",
@@ -331,7 +321,7 @@ class MemoryJobIntrospection:
         name: str | None = None,
         tenant_id: str | None = None,
     ) -> BulkResult:
-        _check_state(state, what="introspect.promote_many")
+        check_state(state, what="introspect.promote_many")
         if state not in PROMOTABLE_STATES:
             raise XError(
                 "X_INVARIANT",
@@ -392,7 +382,7 @@ class MemoryJobIntrospection:
     # --- pause ----------------------------------------------------------------------------
 
     async def pause_queue(self, queue: str) -> None:
-        self._s.paused_queues.add(_named(queue, "queue"))
+        self._s.paused_queues.add(check_name(queue, "queue"))
 
     async def resume_queue(self, queue: str) -> None:
         self._s.paused_queues.discard(queue)
@@ -401,7 +391,7 @@ class MemoryJobIntrospection:
         return sorted(self._s.paused_queues)
 
     async def pause_task(self, task: str) -> None:
-        self._s.paused_tasks.add(_named(task, "task"))
+        self._s.paused_tasks.add(check_name(task, "task"))
 
     async def resume_task(self, task: str) -> None:
         self._s.paused_tasks.discard(task)
@@ -440,11 +430,3 @@ class MemoryJobIntrospection:
 
     async def counter_totals(self, since_ms: int) -> CounterTotals:
         return self._s.counters.totals(since_ms=since_ms, now_ms=self._s.now_ms())
-
-
-def _named(value: str, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise XError(
-            "X_INVARIANT", f"pause: the {what} name {value!r} is empty", fix=f"name the {what}"
-        )
-    return value

@@ -11,8 +11,8 @@ from psycopg import errors as pg_errors
 
 from ultimat3.core import XError, is_lowercase_uuid
 from ultimat3.jobs._cursor import parse_job_cursor
+from ultimat3.jobs._introspect_rules import check_name, check_state, job_not_found
 from ultimat3.jobs._model import (
-    ALL_STATES,
     DEAD_RETENTION_MS,
     DONE_RETENTION_MS,
     MAX_BULK_ROWS,
@@ -46,26 +46,6 @@ PURGE_BATCH: Final = 5000
 """Rows one purge statement deletes; the purge loops until a batch comes back short."""
 
 
-def _not_found(job_id: str) -> XError:
-    shown = job_id if len(job_id) <= 80 else job_id[:77] + "..."
-    return XError(
-        "X_JOB_NOT_FOUND",
-        f"no job has the id {shown!r}",
-        fix="check the id with x jobs list --json",
-        status=404,
-    )
-
-
-def _check_state(state: object, *, what: str) -> JobState:
-    if state not in ALL_STATES:
-        raise XError(
-            "X_INVARIANT",
-            f"{what}: {state!r} is not a job state",
-            fix=f"use one of {', '.join(ALL_STATES)}",
-        )
-    return state
-
-
 def _aware(when: datetime | None, *, name: str) -> datetime | None:
     if when is None:
         return None
@@ -93,10 +73,10 @@ class PostgresJobIntrospection:
 
     async def show(self, job_id: str) -> JobDetail:
         if not is_lowercase_uuid(job_id):
-            raise _not_found(str(job_id))
+            raise job_not_found(str(job_id))
         rows = await self._db.fetchall("show", {"id": job_id}, what=f"show of job {job_id}")
         if not rows:
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         return job_detail(rows)
 
     async def list(
@@ -129,7 +109,7 @@ class PostgresJobIntrospection:
                 fix=f"ask for at most {MAX_JOB_PAGE} rows a page and page on with after=",
             )
         if state is not None:
-            _check_state(state, what="introspect.list")
+            check_state(state, what="introspect.list")
         cursor = after if after is not None else before
         cursor_at: datetime | None = None
         cursor_id: str | None = None
@@ -163,10 +143,10 @@ class PostgresJobIntrospection:
 
     async def remove(self, job_id: str) -> None:
         if not is_lowercase_uuid(job_id):
-            raise _not_found(str(job_id))
+            raise job_not_found(str(job_id))
         row = await self._db.fetchone("remove", {"id": job_id}, what=f"removing job {job_id}")
         if row is None:
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         if row[0] == "running":
             raise XError(
                 "X_JOB_NOT_REMOVABLE",
@@ -184,7 +164,7 @@ class PostgresJobIntrospection:
         tenant_id: str | None = None,
     ) -> BulkResult:
         """Deletes up to ``MAX_BULK_ROWS`` rows in ``state``, oldest first."""
-        _check_state(state, what="introspect.remove_many")
+        check_state(state, what="introspect.remove_many")
         if state == "running":
             raise XError(
                 "X_JOB_NOT_REMOVABLE",
@@ -207,13 +187,13 @@ class PostgresJobIntrospection:
         replays them from storage and resumes at the step that failed; ``from_step`` drops that
         step and every step recorded after it, so they run again."""
         if not is_lowercase_uuid(job_id):
-            raise _not_found(str(job_id))
+            raise job_not_found(str(job_id))
         async with self._db.transaction(f"requeue of job {job_id}") as conn:
             q = self._db.q
             cur = await conn.execute(q["requeue_lock"], {"id": job_id})
             found = await cur.fetchone()
             if found is None:
-                raise _not_found(job_id)
+                raise job_not_found(job_id)
             state, holder, key, job_name = found
             if state not in TERMINAL_STATES:
                 raise XError(
@@ -269,7 +249,7 @@ class PostgresJobIntrospection:
     ) -> BulkResult:
         """Requeues up to ``MAX_BULK_ROWS`` rows it can move, oldest first. A row whose key a live
         job holds stays, and is not counted in ``remaining``."""
-        _check_state(state, what="introspect.requeue_many")
+        check_state(state, what="introspect.requeue_many")
         if state not in TERMINAL_STATES:
             raise XError(
                 "X_JOB_NOT_REQUEUEABLE",
@@ -304,7 +284,7 @@ class PostgresJobIntrospection:
         """Stop a live job: ``cancelled``, its claim void (the holder's settles answer False),
         ``last_error`` an ``X_ABORTED`` carrying the reason. No counter moves."""
         if not is_lowercase_uuid(job_id):
-            raise _not_found(str(job_id))
+            raise job_not_found(str(job_id))
         error = XError("X_ABORTED", reason or "cancelled by an operator").to_dict()
         row = await self._db.fetchone(
             "cancel",
@@ -324,13 +304,13 @@ class PostgresJobIntrospection:
     async def _state(self, job_id: str) -> str:
         row = await self._db.fetchone("job_state", {"id": job_id}, what=f"reading job {job_id}")
         if row is None:
-            raise _not_found(job_id)
+            raise job_not_found(job_id)
         return str(row[0])
 
     async def promote(self, job_id: str) -> JobRow:
         """Run a job waiting on its ``run_at`` now: ``delayed``, or ``ready`` backing off."""
         if not is_lowercase_uuid(job_id):
-            raise _not_found(str(job_id))
+            raise job_not_found(str(job_id))
         row = await self._db.fetchone("promote", {"id": job_id}, what=f"promote of job {job_id}")
         if row is not None:
             return job_row(row)
@@ -352,7 +332,7 @@ class PostgresJobIntrospection:
         name: str | None = None,
         tenant_id: str | None = None,
     ) -> BulkResult:
-        _check_state(state, what="introspect.promote_many")
+        check_state(state, what="introspect.promote_many")
         if state not in PROMOTABLE_STATES:
             raise XError(
                 "X_INVARIANT",
@@ -375,7 +355,7 @@ class PostgresJobIntrospection:
         """Settle a once-step's unknown outcome: ``ran=True`` records it completed with
         ``output``; ``ran=False`` forgets it so the next attempt runs it."""
         if not is_lowercase_uuid(job_id):
-            raise _not_found(str(job_id))
+            raise job_not_found(str(job_id))
         output_json = to_json_text(
             output, what=f"job {job_id} step {step!r} output", code="X_STEP_OUTPUT_UNSERIALIZABLE"
         )
@@ -384,7 +364,7 @@ class PostgresJobIntrospection:
             cur = await conn.execute(q["resolve_step_lock"], {"id": job_id, "step": step})
             found = await cur.fetchone()
             if found is None:
-                raise _not_found(job_id)
+                raise job_not_found(job_id)
             state, step_state = found
             if state == "running":
                 raise XError(
@@ -489,11 +469,7 @@ class PostgresJobIntrospection:
 
 
 def _named(value: str, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise XError(
-            "X_INVARIANT", f"pause: the {what} name {value!r} is empty", fix=f"name the {what}"
-        )
-    check_text(value, what=f"the {what} name")
+    check_text(check_name(value, what), what=f"the {what} name")
     return value
 
 

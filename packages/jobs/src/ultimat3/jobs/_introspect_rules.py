@@ -1,0 +1,39 @@
+"""The refusals every driver's introspection shares, written once: a state that is not a job
+state, an id nobody queued, an empty queue or task name."""
+
+from __future__ import annotations
+
+from ultimat3.core import XError
+
+from ._model import ALL_STATES, JobState
+
+
+def check_state(state: object, *, what: str) -> JobState:
+    """``state`` when it is a job state, else ``X_INVARIANT`` naming the call and the value."""
+    if state not in ALL_STATES:
+        raise XError(
+            "X_INVARIANT",
+            f"{what}: {state!r} is not a job state",
+            fix=f"use one of {', '.join(ALL_STATES)}",
+        )
+    return state
+
+
+def job_not_found(job_id: str) -> XError:
+    """``X_JOB_NOT_FOUND`` for an id nobody queued (a long id is shortened in the message)."""
+    shown = job_id if len(job_id) <= 80 else job_id[:77] + "..."
+    return XError(
+        "X_JOB_NOT_FOUND",
+        f"no job has the id {shown!r}",
+        fix="check the id with x jobs list --json",
+        status=404,
+    )
+
+
+def check_name(value: str, what: str) -> str:
+    """A queue or task name for pause / resume: ``X_INVARIANT`` when empty."""
+    if not isinstance(value, str) or not value:
+        raise XError(
+            "X_INVARIANT", f"pause: the {what} name {value!r} is empty", fix=f"name the {what}"
+        )
+    return value
