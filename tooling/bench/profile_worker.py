@@ -13,8 +13,9 @@ printed, with statements (counted at psycopg's cursor) and commits (``pg_stat_da
 The machine is shared: compare the worker with the floor of the same run, never across runs.
 
 ``latency``: a worker in a child process (the wake started by ``job_worker.start()``), idle
-3 s, then ``--samples`` single enqueues ``--spacing-ms`` apart from this process; latency is the
-body's first line minus the enqueue's return (its commit), both ``CLOCK_MONOTONIC``.
+3 s, then ``--samples`` single enqueues ``--spacing-ms`` apart (default 20) from this process,
+through a driver with ``--notify-window-ms`` (default: the driver's 250 ms); latency is the body's
+first line minus the enqueue's return (its commit), both ``CLOCK_MONOTONIC``.
 
 Databases are ``prof_worker_<pid>`` on the server of ``--dsn`` (default ``$DATABASE_URL``, else
 postgresql://postgres@127.0.0.1:5432/test), dropped at the end.
@@ -450,7 +451,10 @@ async def latency_main(args: argparse.Namespace) -> None:
     try:
         line = await child.stdout.readline()
         assert json.loads(line)["event"] == "ready", line
-        driver = postgres_job_driver(dsn)
+        window: dict[str, Any] = {}
+        if args.notify_window_ms is not None:
+            window["notify_window_ms"] = args.notify_window_ms
+        driver = postgres_job_driver(dsn, **window)
         committed: dict[int, int] = {}
         with swap_adapter(JOB_DRIVER, driver):
             await noop.enqueue({"n": -1})  # warm the pool and the statement
@@ -492,6 +496,11 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--samples", type=int, default=200)
     p.add_argument("--spacing-ms", type=float, default=20.0)
+    p.add_argument(
+        "--notify-window-ms",
+        type=int,
+        help="latency: the enqueuing driver's notify window (default: the driver's, 250 ms)",
+    )
     p.add_argument("--worker", help="job_worker keywords as JSON, e.g. '{\"claim_batch\": 50}'")
     p.add_argument("--profile", metavar="FILE", help="cProfile the worker's drains into FILE")
     p.add_argument("--no-floor", action="store_true", help="skip the driver-only floor")
