@@ -451,7 +451,7 @@ class Step:
                 meta={"job": job.name, "causes": causes},
             )
         timeout_ms = None if timeout is None else parse_duration(timeout, name="timeout")
-        adapter: TypeAdapter[Any] = TypeAdapter(schema)
+        adapter = _type_adapter(schema)
         state.claim_name(name, "wait_for_event")
         await state.notice("step", name)
         stored = state.stored.get(name)
@@ -497,6 +497,24 @@ class Step:
         if timeout_at is not None:
             wake = min(wake, int(timeout_at))
         raise state.suspend(wake, wait_event=event)
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _type_adapter(schema: Any) -> TypeAdapter[Any]:
+    """The ``TypeAdapter`` of a wait's schema, built once per schema (building one costs far
+    more than a validation)."""
+    try:
+        adapter = _ADAPTERS.get(schema)
+    except TypeError:  # an unhashable schema: built each time
+        return TypeAdapter(schema)
+    if adapter is None:
+        adapter = TypeAdapter(schema)
+        if len(_ADAPTERS) >= 1024:
+            _ADAPTERS.clear()
+        _ADAPTERS[schema] = adapter
+    return adapter
 
 
 def step_ceiling(state: RunState, name: str) -> DeadlineSignal | None:
