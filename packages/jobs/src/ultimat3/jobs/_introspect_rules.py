@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ultimat3.core import XError
 
-from ._model import ALL_STATES, JobState
+from ._model import ALL_STATES, TERMINAL_STATES, JobState
 
 
 def check_state(state: object, *, what: str) -> JobState:
@@ -37,3 +37,17 @@ def check_name(value: str, what: str) -> str:
             "X_INVARIANT", f"pause: the {what} name {value!r} is empty", fix=f"name the {what}"
         )
     return value
+
+
+def check_requeueable_state(state: object) -> JobState:
+    """``requeue_many``'s state: a job state, and a finished one (``X_JOB_NOT_REQUEUEABLE``)."""
+    checked = check_state(state, what="introspect.requeue_many")
+    if checked not in TERMINAL_STATES:
+        raise XError(
+            "X_JOB_NOT_REQUEUEABLE",
+            f"introspect.requeue_many: state {checked!r} — only done, failed, dead or "
+            "cancelled jobs can be requeued",
+            fix="pass state='dead' (or 'failed', 'done', 'cancelled')",
+            meta={"state": checked},
+        )
+    return checked

@@ -8,7 +8,7 @@ from typing import Any
 
 from ultimat3.core import XError, from_epoch_ms
 from ultimat3.jobs._cursor import parse_job_cursor
-from ultimat3.jobs._introspect_rules import check_name, check_state
+from ultimat3.jobs._introspect_rules import check_name, check_requeueable_state, check_state
 from ultimat3.jobs._model import (
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
@@ -245,15 +245,7 @@ class MemoryJobIntrospection:
     ) -> BulkResult:
         """Requeues up to ``MAX_BULK_ROWS`` rows it can move, oldest first. A row whose key a live
         job holds stays, and is not counted in ``remaining``."""
-        check_state(state, what="introspect.requeue_many")
-        if state not in TERMINAL_STATES:
-            raise XError(
-                "X_JOB_NOT_REQUEUEABLE",
-                f"introspect.requeue_many: state {state!r} — only done, failed, dead or "
-                "cancelled jobs can be requeued",
-                fix="pass state='dead' (or 'failed', 'done', 'cancelled')",
-                meta={"state": state},
-            )
+        check_requeueable_state(state)
         now = self._s.now_ms()
         moved = 0
         for row in self._matching(state, queue, name, tenant_id):

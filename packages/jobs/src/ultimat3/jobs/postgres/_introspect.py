@@ -11,7 +11,12 @@ from psycopg import errors as pg_errors
 
 from ultimat3.core import XError, is_lowercase_uuid
 from ultimat3.jobs._cursor import parse_job_cursor
-from ultimat3.jobs._introspect_rules import check_name, check_state, job_not_found
+from ultimat3.jobs._introspect_rules import (
+    check_name,
+    check_requeueable_state,
+    check_state,
+    job_not_found,
+)
 from ultimat3.jobs._model import (
     DEAD_RETENTION_MS,
     DONE_RETENTION_MS,
@@ -249,15 +254,7 @@ class PostgresJobIntrospection:
     ) -> BulkResult:
         """Requeues up to ``MAX_BULK_ROWS`` rows it can move, oldest first. A row whose key a live
         job holds stays, and is not counted in ``remaining``."""
-        check_state(state, what="introspect.requeue_many")
-        if state not in TERMINAL_STATES:
-            raise XError(
-                "X_JOB_NOT_REQUEUEABLE",
-                f"introspect.requeue_many: state {state!r} — only done, failed, dead or "
-                "cancelled jobs can be requeued",
-                fix="pass state='dead' (or 'failed', 'done', 'cancelled')",
-                meta={"state": state},
-            )
+        check_requeueable_state(state)
         params = {**_filters(queue, name, tenant_id), "state": state, "limit": MAX_BULK_ROWS}
         for attempt in range(3):
             try:
