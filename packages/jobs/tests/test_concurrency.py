@@ -446,10 +446,13 @@ async def test_the_worker_defers_a_busy_run_by_one_poll(driver: EngineDriver) ->
     before = await driver.now_ms()
     await w.run_pass()
     await gate.inside.wait()
-    for _ in range(50):
-        if (await show(driver, waiting.id)).state == "ready":
-            break
-        await asyncio.sleep(0)
+    deadline = asyncio.get_running_loop().time() + 5  # a loaded machine: wait for the hand-back
+    while not (
+        (r := await show(driver, waiting.id)).state == "ready"
+        and to_epoch_ms(r.run_at) >= before + 400
+    ):
+        assert asyncio.get_running_loop().time() < deadline, "the busy run was never handed back"
+        await asyncio.sleep(0.005)
     row = await show(driver, waiting.id)
     assert row.state == "ready" and row.attempts == 0
     assert before + 400 <= to_epoch_ms(row.run_at) <= await driver.now_ms() + 400
