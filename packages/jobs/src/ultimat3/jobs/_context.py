@@ -116,12 +116,12 @@ class ProgressWriter:
             self._timer.cancel()
             self._timer = None
         pending, self._pending = self._pending, None
+        if self._tasks:  # earlier writes land first, so the last report is the one that stays
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*self._tasks, return_exceptions=True)
         if pending is not None:
             self._last_at = self._monotonic()
             await self._send(pending)
-        if self._tasks:
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def close(self) -> None:
         if self._timer is not None:
