@@ -20,13 +20,13 @@ from ultimat3.core import XError, from_epoch_ms
 from ultimat3.jobs._cursor import parse_job_cursor
 from ultimat3.jobs._introspect_rules import (
     check_name,
+    check_page,
     check_requeueable_state,
     check_state,
     job_not_found,
 )
 from ultimat3.jobs._model import (
     MAX_BULK_ROWS,
-    MAX_JOB_PAGE,
     MAX_TASK_FIRES,
     PROMOTABLE_STATES,
     BulkResult,
@@ -115,21 +115,7 @@ class RedisJobIntrospection:
     ) -> list[JobRow]:
         """Newest first (``created_at`` desc, then ``id`` desc); ``created_from`` and
         ``created_to`` are both inclusive."""
-        if after is not None and before is not None:
-            raise XError(
-                "X_INVARIANT",
-                "introspect.list: after and before were both given",
-                fix="page forward with after=job_cursor(last_row) OR back with "
-                "before=job_cursor(first_row), never both",
-            )
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_JOB_PAGE:
-            raise XError(
-                "X_JOB_PAGE_INVALID",
-                f"introspect.list: limit {limit!r} is not 1..{MAX_JOB_PAGE} (MAX_JOB_PAGE)",
-                fix=f"ask for at most {MAX_JOB_PAGE} rows a page and page on with after=",
-            )
-        if state is not None:
-            check_state(state, what="introspect.list")
+        check_page(limit=limit, after=after, before=before, state=state)
         lower: Bound | None = None
         upper: Bound | None = None
         if created_from is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ultimat3.core import XError
 
-from ._model import ALL_STATES, TERMINAL_STATES, JobState
+from ._model import ALL_STATES, MAX_JOB_PAGE, TERMINAL_STATES, JobState
 
 
 def check_state(state: object, *, what: str) -> JobState:
@@ -51,3 +51,22 @@ def check_requeueable_state(state: object) -> JobState:
             meta={"state": checked},
         )
     return checked
+
+
+def check_page(*, limit: object, after: str | None, before: str | None, state: object) -> None:
+    """``list``'s arguments: one direction, a page of 1..MAX_JOB_PAGE rows, a real state."""
+    if after is not None and before is not None:
+        raise XError(
+            "X_INVARIANT",
+            "introspect.list: after and before were both given",
+            fix="page forward with after=job_cursor(last_row) OR back with "
+            "before=job_cursor(first_row), never both",
+        )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_JOB_PAGE:
+        raise XError(
+            "X_JOB_PAGE_INVALID",
+            f"introspect.list: limit {limit!r} is not 1..{MAX_JOB_PAGE} (MAX_JOB_PAGE)",
+            fix=f"ask for at most {MAX_JOB_PAGE} rows a page and page on with after=",
+        )
+    if state is not None:
+        check_state(state, what="introspect.list")

@@ -8,10 +8,14 @@ from typing import Any
 
 from ultimat3.core import XError, from_epoch_ms
 from ultimat3.jobs._cursor import parse_job_cursor
-from ultimat3.jobs._introspect_rules import check_name, check_requeueable_state, check_state
+from ultimat3.jobs._introspect_rules import (
+    check_name,
+    check_page,
+    check_requeueable_state,
+    check_state,
+)
 from ultimat3.jobs._model import (
     MAX_BULK_ROWS,
-    MAX_JOB_PAGE,
     MAX_TASK_FIRES,
     PROMOTABLE_STATES,
     TERMINAL_STATES,
@@ -81,21 +85,7 @@ class MemoryJobIntrospection:
     ) -> list[JobRow]:
         """Newest first (``created_at`` desc, then ``id`` desc); ``created_from`` and
         ``created_to`` are both inclusive."""
-        if after is not None and before is not None:
-            raise XError(
-                "X_INVARIANT",
-                "introspect.list: after and before were both given",
-                fix="page forward with after=job_cursor(last_row) OR back with "
-                "before=job_cursor(first_row), never both",
-            )
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_JOB_PAGE:
-            raise XError(
-                "X_JOB_PAGE_INVALID",
-                f"introspect.list: limit {limit!r} is not 1..{MAX_JOB_PAGE} (MAX_JOB_PAGE)",
-                fix=f"ask for at most {MAX_JOB_PAGE} rows a page and page on with after=",
-            )
-        if state is not None:
-            check_state(state, what="introspect.list")
+        check_page(limit=limit, after=after, before=before, state=state)
         lo = None if created_from is None else _micros(created_from, name="created_from")
         hi = None if created_to is None else _micros(created_to, name="created_to")
         cursor: tuple[int, str] | None = None
