@@ -20,8 +20,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from ultimat3.core import XError
+from ultimat3.jobs._demo_run import reset_schema
 from ultimat3.jobs.cli import main, main_async
 from ultimat3.jobs.cli._demo import ProgressBar, render_text
+from ultimat3.jobs.postgres import migrate
 
 
 @dataclass(frozen=True)
@@ -329,3 +332,23 @@ def test_the_progress_bar_waits_its_interval_between_draws() -> None:
     assert stream.getvalue().count("\r") == 1
     bar.finish()
     assert ProgressBar(io.StringIO()).interval_s == 1.0  # not a terminal: once a second
+
+
+async def test_a_pool_the_server_has_no_room_for_is_refused_before_the_schema_is_dropped(
+    database_url: str, scratch_schemas: list[str]
+) -> None:
+    schema = f"x_demo_test_{uuid.uuid4().hex[:12]}"
+    scratch_schemas.append(schema)
+    await migrate(database_url, schema=schema)  # a previous demo's schema
+    needed = 1_000_000  # more than any server's max_connections
+    with pytest.raises(XError) as caught:
+        await reset_schema(database_url, schema, connections=needed)
+    error = caught.value
+    assert error.code == "X_CONFIG_INVALID"
+    assert error.meta["needed"] == needed
+    assert 0 <= error.meta["free"] < needed
+    assert f"needs {needed} connections" in str(error)
+    assert error.fix is not None and "--concurrency" in error.fix
+    with psycopg.connect(database_url) as conn:
+        kept = conn.execute("SELECT to_regclass(%s)", (f"{schema}.x_jobs",)).fetchone()
+        assert kept is not None and kept[0] is not None  # nothing was dropped

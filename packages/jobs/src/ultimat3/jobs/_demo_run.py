@@ -119,15 +119,18 @@ def check_schema_name(schema: str) -> None:
         )
 
 
-async def reset_schema(url: str, schema: str) -> str:
+async def reset_schema(url: str, schema: str, *, connections: int | None = None) -> str:
     """Drop ``schema`` (only if it holds nothing but x_ tables: the jobs tables) and migrate it
-    afresh, so every run starts clean; answers the server's version."""
+    afresh, so every run starts clean; answers the server's version. ``connections``: the pool
+    the run will open; refused before anything is dropped when the server has no room for it."""
     check_schema_name(schema)
     try:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             cur = await conn.execute("SHOW server_version")
             version_row = await cur.fetchone()
             version = str(version_row[0]).split()[0] if version_row else "?"
+            if connections is not None:
+                await _check_room(conn, connections)
             cur = await conn.execute(
                 "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                 " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
@@ -155,6 +158,32 @@ async def reset_schema(url: str, schema: str) -> str:
         ) from exc
     await migrate(url, schema=schema)
     return version
+
+
+async def _check_room(conn: psycopg.AsyncConnection[Any], connections: int) -> None:
+    """A pool larger than the server's free connection slots would fail mid-run with "too many
+    clients"; refuse at the start instead, naming both numbers."""
+    cur = await conn.execute(
+        "SELECT current_setting('max_connections')::int"
+        " - current_setting('superuser_reserved_connections')::int"
+        " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int"
+    )
+    row = await cur.fetchone()
+    free = int(row[0]) if row else 0
+    if connections > free:
+        room = free - pool_size(0)
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"x demo needs {connections} connections for --concurrency "
+            f"{connections - pool_size(0)}, but the server has {max(free, 0)} free "
+            "(max_connections less the reserved and the open ones)",
+            fix=(
+                f"pass --concurrency {room} or less"
+                if room >= 1
+                else "close other clients of the server or raise its max_connections"
+            ),
+            meta={"needed": connections, "free": free},
+        )
 
 
 def plan(jobs: int) -> tuple[list[Receipt], list[Order]]:
@@ -480,8 +509,9 @@ async def run_demo(
     chosen = settings or DemoSettings()
     chosen.check()
     check_schema_name(schema)
-    version = await reset_schema(url, schema)
-    driver = postgres_job_driver(url, schema=schema, max_size=pool_size(chosen.concurrency))
+    size = pool_size(chosen.concurrency)
+    version = await reset_schema(url, schema, connections=size)
+    driver = postgres_job_driver(url, schema=schema, max_size=size)
     try:
         return {"server_version": version, **await _Run(driver, chosen, progress).go()}
     finally:
