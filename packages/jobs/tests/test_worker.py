@@ -430,10 +430,3 @@ async def test_a_drained_worker_can_start_again(driver: EngineDriver) -> None:
         await asyncio.sleep(0.005)
     await w.stop()
     assert (await driver.introspect.show(result.id)).state == "done"
-
-
-def test_the_limiter_is_not_shipped_yet_and_says_so() -> None:
-    with pytest.raises(XError) as exc:
-        job_worker(jobs=[_job("a")], limiter=object())
-    assert exc.value.code == "X_NOT_IMPLEMENTED"
-    assert "limiter" in exc.value.message

@@ -20,6 +20,7 @@ from ._cursor import job_cursor
 from ._declare import Job, job
 from ._events import MemoryEventBus, memory_event_bus, publish_event
 from ._execute import execute_job
+from ._limiter import ConcurrencyLimiter, concurrency_limiter
 from ._lock import LockGrant, hold_lock, with_lock
 from ._model import (
     ENQUEUE_CHUNK,
@@ -59,6 +60,7 @@ __all__ = [
     "MAX_TASK_FIRES",
     "UNWIND_MARGIN",
     "Concurrency",
+    "ConcurrencyLimiter",
     "EnqueueResult",
     "ExecutionSettings",
     "Job",
@@ -75,6 +77,7 @@ __all__ = [
     "SettledOutcome",
     "Step",
     "WorkerStats",
+    "concurrency_limiter",
     "execute_job",
     "hold_lock",
     "job",

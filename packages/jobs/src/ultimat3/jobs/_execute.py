@@ -37,6 +37,7 @@ from ._compensation import original_error, unwind, unwind_due
 from ._concurrency import SlotHold, key_busy, take_slot, unenforceable
 from ._context import JobContext, ProgressWriter
 from ._heartbeat import Heartbeat
+from ._limiter import rate_limited
 from ._model import ClaimedJob
 from ._observe import RunEvent
 from ._on_settled import SettledOutcome, notify_settled
@@ -262,6 +263,10 @@ class _Attempt(Settles):
             refused = await self._take_slot(job, value)
             if refused is not None:
                 return refused
+        if self.settings.limiter is not None:
+            wait_ms = self.settings.limiter.try_start(claimed.tenant_id, self.monotonic())
+            if wait_ms is not None:
+                return await self._release(rate_limited(claimed, wait_ms), delay_ms=wait_ms)
         signal = self.controller.signal
         stored = await self.driver.steps.load(claimed.id)
         settings = self.settings

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from ._limiter import ConcurrencyLimiter
     from ._model import ClaimedJob
     from ._observe import RunObserver
     from ._ports import EventBus
@@ -51,6 +52,9 @@ class ExecutionSettings:
     much later: the worker passes its ``poll_interval_ms``."""
     observer: RunObserver | None = None
     """Told about the run as it goes (``crash_proof`` and ``simulate_jobs``); ``None`` in apps."""
+    limiter: ConcurrencyLimiter | None = None
+    """Starts per window per tenant (``job_worker(limiter=concurrency_limiter(...))``): a run
+    over its tenant's rate is handed back uncounted, due when the window lets it start."""
     body_ended: Callable[[ClaimedJob], None] | None = None
     """Called once a run's body has ended (returned, raised or stopped), before its settle: the
     worker claims its next batch while the settles travel."""

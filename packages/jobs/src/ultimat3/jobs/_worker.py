@@ -29,6 +29,7 @@ from ultimat3.core import AbortController, XError, adapter, log_event
 
 from ._execute import execute_job
 from ._gauges import unwatch_worker, watch_worker
+from ._limiter import ConcurrencyLimiter
 from ._model import ClaimedJob, ExhaustedJob
 from ._on_settled import SettledOutcome, notify_settled
 from ._outcome import (
@@ -103,7 +104,7 @@ def job_worker(
     visibility_timeout_ms: int = 30_000,
     heartbeat_interval_ms: int | None = None,
     app: Any = None,
-    limiter: Any = None,
+    limiter: ConcurrencyLimiter | None = None,
     driver: JobDriver | None = None,
     event_bus: EventBus | None = None,
     worker_id: str | None = None,
@@ -161,11 +162,10 @@ def job_worker(
     _positive_ms("drain_timeout_ms", drain_timeout_ms)
     _positive_ms("abandon_grace_ms", abandon_grace_ms)
     _positive_ms("claim_batch", claim_batch)
-    if limiter is not None:
-        raise XError(
-            "X_NOT_IMPLEMENTED",
-            "job_worker(limiter=...) is not implemented yet",
-            fix="drop limiter= for now",
+    if limiter is not None and not isinstance(limiter, ConcurrencyLimiter):
+        raise _config_error(
+            f"limiter {limiter!r} is not a concurrency_limiter",
+            "job_worker(limiter=concurrency_limiter(rate_per_tenant=10, window='1s'))",
         )
     settings = ExecutionSettings(
         visibility_timeout_ms=visibility_timeout_ms,
@@ -177,6 +177,7 @@ def job_worker(
         app=app,
         event_bus=event_bus,
         busy_delay_ms=poll_interval_ms,
+        limiter=limiter,
     )
     return JobWorker(
         jobs=registry,

@@ -24,6 +24,7 @@ from ultimat3.core import FrozenClock, XError, swap_adapter, to_epoch_ms, use_cl
 from ultimat3.jobs._cursor import job_cursor
 from ultimat3.jobs._declare import Job
 from ultimat3.jobs._events import MemoryEventBus, memory_event_bus
+from ultimat3.jobs._limiter import ConcurrencyLimiter
 from ultimat3.jobs._model import EnqueueResult, JobDetail, JobRow
 from ultimat3.jobs._ports import JobDriver, JobIntrospection, driver_introspect
 from ultimat3.jobs._worker import JobWorker, job_worker
@@ -51,6 +52,7 @@ class JobHarness:
         visibility_timeout_ms: int = 30_000,
         max_in_flight: int | None = None,
         max_passes: int = DEFAULT_MAX_PASSES,
+        limiter: ConcurrencyLimiter | None = None,
     ) -> None:
         self.clock = clock if clock is not None else FrozenClock()
         self.driver: JobDriver = driver if driver is not None else memory_job_driver()
@@ -67,6 +69,7 @@ class JobHarness:
             handle_signals=False,
             monotonic=lambda: self.clock.now_ms() / 1000,
             rng=random.Random(seed),
+            limiter=limiter,
         )
         self.max_passes = max_passes
         self.enqueued: list[str] = []
