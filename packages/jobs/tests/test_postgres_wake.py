@@ -13,7 +13,13 @@ from psycopg.conninfo import make_conninfo
 
 from ultimat3.core import XError, capture_log_events, new_id
 from ultimat3.jobs._model import EnqueueRequest
-from ultimat3.jobs.postgres import PostgresJobDriver, QueueWake, start_queue_wake
+from ultimat3.jobs.postgres import (
+    PostgresJobDriver,
+    QueueWake,
+    postgres_event_bus,
+    start_queue_wake,
+)
+from ultimat3.jobs.postgres._wake import EVENT_RESWEEP_S
 
 
 def req(queue: str) -> EnqueueRequest:
@@ -148,3 +154,88 @@ async def test_the_driver_starts_its_own_wake(pg_driver: PostgresJobDriver) -> N
         assert await woken.next() == "mine"
     finally:
         await wake.stop()
+
+
+async def test_a_publish_commit_wakes_the_runs_that_suspended_after_its_statement(
+    pg_driver: PostgresJobDriver, database_url: str
+) -> None:
+    woken = Woken()
+    bus = postgres_event_bus(pg_driver)
+    wake = await start_queue_wake(pg_driver, woken, queues=["waits"])
+    try:
+        assert await wake.wait_proven(5)
+        async with (
+            await psycopg.AsyncConnection.connect(database_url) as kept,
+            await psycopg.AsyncConnection.connect(database_url) as dropped,
+        ):
+            await bus.publish("late", {"n": 1}, connection=kept)
+            await bus.publish("late", {"n": 2}, connection=dropped)
+            job = req("waits")
+            await pg_driver.enqueue(job)
+            [c] = await pg_driver.claim(
+                queues=["waits"], limit=1, worker_id="w", visibility_timeout_ms=30_000
+            )
+            far = await pg_driver.now_ms() + 3_600_000
+            await pg_driver.nack(
+                c.id,
+                worker_id="w",
+                claim=c.claim,
+                outcome="suspend",
+                run_at_ms=far,
+                wait_event="late",
+            )  # suspended after both publish statements: neither woke it
+            await asyncio.sleep(0.2)
+            woken.queues.clear()
+            woken.arrived.clear()
+            await dropped.rollback()
+            await asyncio.sleep(0.4)
+            assert woken.queues == [], "a rolled-back publish woke a waiter"
+            assert (await pg_driver.introspect.show(job.id)).state == "suspended"
+            await kept.commit()
+            assert await woken.next() == "waits"
+        claimed = await pg_driver.claim(
+            queues=["waits"], limit=1, worker_id="w", visibility_timeout_ms=30_000
+        )
+        assert [x.id for x in claimed] == [job.id]  # due now, not in an hour
+    finally:
+        await wake.stop()
+
+
+async def test_a_run_whose_suspend_lands_just_after_the_commit_is_woken_by_the_resweep(
+    pg_driver: PostgresJobDriver,
+) -> None:
+    """The run read the bus before the event committed, and its suspend commits after the first
+    sweep: the sweep EVENT_RESWEEP_S later makes it due."""
+    woken = Woken()
+    wake = await start_queue_wake(pg_driver, woken, queues=["resweep"])
+    try:
+        assert await wake.wait_proven(5)
+        job = req("resweep")
+        await pg_driver.enqueue(job)
+        [c] = await pg_driver.claim(
+            queues=["resweep"], limit=1, worker_id="w", visibility_timeout_ms=30_000
+        )
+        await asyncio.sleep(0.1)
+        woken.queues.clear()
+        woken.arrived.clear()
+        await postgres_event_bus(pg_driver).publish("raced", {})  # committed; nobody suspended
+        await asyncio.sleep(0.3)  # the first sweep has run
+        far = await pg_driver.now_ms() + 3_600_000
+        await pg_driver.nack(
+            c.id,
+            worker_id="w",
+            claim=c.claim,
+            outcome="suspend",
+            run_at_ms=far,
+            wait_event="raced",
+        )
+        assert woken.queues == []
+        started = time.monotonic()
+        assert await woken.next() == "resweep"
+        assert time.monotonic() - started < EVENT_RESWEEP_S + 0.5
+    finally:
+        await wake.stop()
+    claimed = await pg_driver.claim(
+        queues=["resweep"], limit=1, worker_id="w", visibility_timeout_ms=30_000
+    )
+    assert [x.id for x in claimed] == [job.id]

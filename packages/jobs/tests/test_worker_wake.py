@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
+import psycopg
 from pydantic import BaseModel
 
 from ultimat3.core import capture_log_events, swap_adapter
@@ -246,6 +247,46 @@ async def test_a_worker_on_postgres_waits_on_the_postgres_bus_by_default(
             await worker.stop()
     row = await pg_driver.introspect.show(queued.id)
     assert (row.state, row.result) == ("done", "bo")
+
+
+async def test_on_postgres_a_wait_that_suspends_before_the_publish_commits_resumes_at_the_commit(
+    pg_driver: PostgresJobDriver, database_url: str
+) -> None:
+    """The publish's own UPDATE runs before the run suspends, so it cannot wake it: the commit
+    must (its notification), not the 15-min backstop poll."""
+
+    @job(input=N, idempotency_key=lambda i: str(i.n), name="pg_awaits_late")
+    async def pg_awaits_late(input: N, step: Step, ctx: JobContext) -> str | None:
+        got = await step.wait_for_event("ok", "approved.late", schema=Approved, timeout="1h")
+        return None if got is None else got.by
+
+    worker = job_worker(
+        jobs=[pg_awaits_late],
+        driver=pg_driver,
+        poll_interval_ms=5000,
+        idle_poll_max_ms=5000,
+        handle_signals=False,
+    )
+    bus = postgres_event_bus(pg_driver)
+    with swap_adapter(JOB_DRIVER, pg_driver):
+        async with await psycopg.AsyncConnection.connect(database_url) as app:
+            await bus.publish("approved.late", {"by": "cy"}, connection=app)  # not committed
+            queued = await pg_awaits_late.enqueue({"n": 1})
+            await worker.start()
+            try:
+                await until(lambda: worker.wake_proven)
+                await until(lambda: worker.stats().suspended == 1)
+                row = await pg_driver.introspect.show(queued.id)
+                assert row.state == "suspended"
+                await app.commit()
+                committed = time.monotonic()
+                await until(lambda: worker.stats().completed == 1, timeout_s=10.0)
+                resumed_after = time.monotonic() - committed
+            finally:
+                await worker.stop()
+    row = await pg_driver.introspect.show(queued.id)
+    assert (row.state, row.result) == ("done", "cy")
+    assert resumed_after < 2.0, resumed_after  # the commit woke it, not a poll
 
 
 async def test_without_a_bus_anywhere_a_wait_still_names_the_fix() -> None:

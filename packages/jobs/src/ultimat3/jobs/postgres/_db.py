@@ -306,6 +306,7 @@ REPEATABLE: Final = frozenset(
         "worker_heartbeat",
         "lease_renew",
         "wake_waiters",
+        "wake_published",
     }
 )
 """Statements the driver sends again after a lost connection. A claim or a settle is not among

@@ -102,6 +102,11 @@ def wake_channel(schema: str) -> str:
     return "x_jobs." + hashlib.sha256(schema.encode()).hexdigest()[:32]
 
 
+EVENT_NOTE: Final = "\x01x-event:"
+"""A wake-channel payload that starts so names a committed event's id (``x_events.id``), not a
+queue (no queue is named that way)."""
+
+
 def outbox_channel(schema: str) -> str:
     """The channel an outbox stage notifies at commit, so an idle relay passes at once."""
     channel = f"x_outbox.{schema}"
@@ -132,6 +137,7 @@ def compile_queries(schema: str) -> MappingProxyType[str, str]:
     fills["channel"] = sql.Literal(wake_channel(schema))
     fills["channel_ident"] = sql.Identifier(wake_channel(schema))
     fills["outbox_channel"] = sql.Literal(outbox_channel(schema))
+    fills["event_note"] = sql.Literal(EVENT_NOTE)
     fills["counter_bucket_ms"] = _int_array(tuple(b for b, _ in COUNTER_TIERS))
     fills["counter_kept_ms"] = _int_array(tuple(k for _, k in COUNTER_TIERS))
     fills["counter_tiers"] = sql.Literal(len(COUNTER_TIERS))

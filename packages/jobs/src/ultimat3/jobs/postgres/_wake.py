@@ -10,6 +10,12 @@ proves itself: a probe sent through the driver's POOL must come back on the sess
 it logs ``jobs.wake.unverified`` once and ``proven`` stays False (keep the 2 s poll ceiling). A
 session that stops answering probes after it was proven (half-open) is re-dialled.
 
+The session also wakes event waiters: a publish notifies ``EVENT_NOTE<id>`` on the same channel
+(on commit), and the session runs ``wake_published`` for it, making the runs that suspended on
+that event after the publish statement (but before its commit) due now — then once more
+``EVENT_RESWEEP_S`` later, for a run whose suspend was still committing at the first sweep. The
+publish statement itself wakes the runs suspended before it.
+
 The poll is the guarantee: a notification is lost with the session that would have carried it.
 """
 
@@ -27,11 +33,16 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ultimat3.core import XError, log_event, new_id
 
 from ._driver import PostgresJobDriver
-from ._sql import wake_channel
+from ._sql import EVENT_NOTE, wake_channel
 
 PROBE_PREFIX: Final = "\x01x-probe:"
 """A probe's payload starts so (no queue is named that way); other processes' probes are
 ignored."""
+
+EVENT_RESWEEP_S: Final = 1.0
+"""An event's waiters are woken when its commit is heard and once more this much later: a run
+whose suspend was still committing at the first sweep (it read the bus before the event
+committed) is caught by the second."""
 
 _KEEPALIVES: Final = {
     "keepalives": "1",
@@ -80,6 +91,7 @@ class QueueWake:
         """How many LISTEN sessions were opened (1 + the re-dials)."""
         self._unverified_logged = False
         self._conn: psycopg.AsyncConnection[object] | None = None
+        self._event_wakes: set[asyncio.Task[None]] = set()
 
     @property
     def channel(self) -> str:
@@ -104,6 +116,10 @@ class QueueWake:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for wake in list(self._event_wakes):
+            wake.cancel()
+        if self._event_wakes:
+            await asyncio.gather(*self._event_wakes, return_exceptions=True)
         await self._close()
 
     async def __aenter__(self) -> QueueWake:
@@ -135,6 +151,32 @@ class QueueWake:
     def _wake(self, queue: str) -> None:
         if self._queues is None or queue in self._queues:
             self._on_wake(queue)
+
+    def _wake_published(self, event_id: str) -> None:
+        """An event committed: wake its late waiters, off the notification loop."""
+        if not event_id.isdigit():
+            return
+        task = asyncio.create_task(self._run_wake_published(int(event_id)))
+        self._event_wakes.add(task)
+        task.add_done_callback(self._event_wakes.discard)
+
+    async def _run_wake_published(self, event_id: int) -> None:
+        try:
+            for pause in (0.0, EVENT_RESWEEP_S):
+                await asyncio.sleep(pause)
+                await self._db.fetchone(
+                    "wake_published",
+                    {"id": event_id},
+                    what=f"waking the waiters of event {event_id}",
+                )
+        except XError as exc:  # the 15-min backstop poll still resumes them
+            log_event(
+                "jobs.wake.event-failed",
+                level="warning",
+                channel=self._channel,
+                event_id=event_id,
+                error=exc.message[:200],
+            )
 
     def _wake_all(self) -> None:
         for queue in sorted(self._queues) if self._queues is not None else ["*"]:
@@ -204,6 +246,9 @@ class QueueWake:
                         answered_here = True
                         self._unverified_logged = False
                         self._set_proven(True)
+                    continue
+                if payload.startswith(EVENT_NOTE):
+                    self._wake_published(payload[len(EVENT_NOTE) :])
                     continue
                 self._wake(payload)
             now = time.monotonic()

@@ -1069,7 +1069,10 @@ UPDATE {x_outbox} AS o SET leased_until = NULL WHERE o.id = ANY (%(ids)s::bigint
 
 -- name: event_publish
 -- One statement: store the event and wake the runs suspended on it (x_jobs_wait_event_idx),
--- announcing their queues. On the caller's connection it commits or rolls back with it.
+-- announcing their queues. On the caller's connection it commits or rolls back with it. A run
+-- that suspends after this statement but before its commit is not among `woken`: the
+-- `{event_note}<id>` notification (delivered on commit) has the workers' LISTEN sessions run
+-- wake_published for it.
 WITH published AS (
     INSERT INTO {x_events} (event, payload) VALUES (%(event)s, %(payload)s::jsonb)
     RETURNING id
@@ -1084,11 +1087,30 @@ woken AS (
 announced AS (
     SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM woken) q
 )
-SELECT p.id::text, (SELECT count(*) FROM woken), (SELECT count(*) FROM announced)
+SELECT p.id::text, (SELECT count(*) FROM woken), (SELECT count(*) FROM announced),
+       pg_notify({channel}, {event_note} || p.id::text)
 FROM published p
 
 -- name: event_marker
 -- A position on the bus: the current snapshot. An event is "after" it when its transaction is
+-- name: wake_published
+-- A LISTEN session heard event %(id)s committed: make the runs suspended on it due now (they
+-- suspended after its publish statement), announcing their queues. Every worker hears it; a
+-- row already due is left alone, so the first does the work and the others change nothing.
+WITH woken AS (
+    UPDATE {x_jobs} AS j SET
+        run_at = now(),
+        updated_at = now()
+    WHERE j.state = 'suspended'
+      AND j.wait_event = (SELECT e.event FROM {x_events} e WHERE e.id = %(id)s::bigint)
+      AND j.run_at > now()
+    RETURNING j.queue
+),
+announced AS (
+    SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM woken) q
+)
+SELECT (SELECT count(*) FROM woken), (SELECT count(*) FROM announced)
+
 -- one this snapshot cannot see (committed later, or still in flight when the marker was taken).
 SELECT pg_current_snapshot()::text
 
