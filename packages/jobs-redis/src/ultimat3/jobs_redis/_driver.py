@@ -224,6 +224,7 @@ class RedisJobDriver:
             req.delay_ms,
             req.run_at_ms,
             live_key(req.name, req.tenant_id, req.idempotency_key),
+            req.trace_context,
         ]
         return [compact_json(fields), payload]
 
@@ -346,6 +347,7 @@ class RedisJobDriver:
                 tenant_id=maybe_text(c[10]),
                 concurrency_key=maybe_text(c[11]),
                 created_at_ms=int(text(c[12])),
+                trace_context=json.loads(text(c[13])) if c[13] else None,
             )
             for c in reply[1]
         ]

@@ -13,6 +13,7 @@ Every refusal comes before the first write.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from ultimat3.core import (
 
 from ._compensation import attempts_for
 from ._model import MAX_ENQUEUE_BATCH, EnqueueRequest, EnqueueResult
+from ._trace_context import enqueue_trace_context
 
 if TYPE_CHECKING:
     from ._declare import Job
@@ -64,6 +66,7 @@ async def enqueue_one(
         delay_ms=delay_ms,
         run_at_ms=run_at_ms,
         as_actor=as_actor,
+        trace_context=enqueue_trace_context(),
     )
     results = await _dispatch([request], single=True)
     return results[0]
@@ -99,6 +102,7 @@ async def enqueue_batch(
     if not inputs:
         return []
     delay_ms, run_at_ms = _schedule(job, delay, run_at)
+    trace_context = enqueue_trace_context()  # once per call: every row shares the one dict
     requests = [
         _request(
             job,
@@ -108,6 +112,7 @@ async def enqueue_batch(
             delay_ms=delay_ms,
             run_at_ms=run_at_ms,
             as_actor=as_actor,
+            trace_context=trace_context,
             index=i,
         )
         for i, one in enumerate(inputs)
@@ -126,6 +131,14 @@ async def enqueue_requests(requests: Sequence[EnqueueRequest]) -> list[EnqueueRe
         )
     if not requests:
         return []
+    trace_context = enqueue_trace_context()
+    if trace_context is not None:
+        requests = [
+            r
+            if r.trace_context is not None
+            else dataclasses.replace(r, trace_context=trace_context)
+            for r in requests
+        ]
     return await _dispatch(list(requests), single=len(requests) == 1)
 
 
@@ -163,6 +176,7 @@ def _request(
     delay_ms: int | None,
     run_at_ms: int | None,
     as_actor: tuple[Actor | None] | None,
+    trace_context: dict[str, str] | None = None,
     index: int | None = None,
 ) -> EnqueueRequest:
     where = f" (input {index})" if index is not None else ""
@@ -189,6 +203,7 @@ def _request(
         concurrency_key=concurrency_key,
         delay_ms=delay_ms,
         run_at_ms=run_at_ms,
+        trace_context=trace_context,
     )
 
 

@@ -73,6 +73,9 @@ class EnqueueRequest:
     delay_ms: int | None = None
     """Relative to the driver's clock; ``run_at_ms`` wins when both are set."""
     run_at_ms: int | None = None
+    trace_context: Mapping[str, str] | None = None
+    """The enqueuing span's propagation headers (``traceparent`` / ``tracestate``), stored on
+    the row so the run's span links to it; ``None`` when no span was active."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,8 @@ class ClaimedJob:
     tenant_id: str | None = None
     concurrency_key: str | None = None
     created_at_ms: int = 0
+    trace_context: Mapping[str, str] | None = None
+    """The enqueuing span's propagation headers stored on the row, if any."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ for c = 1, #cands do
   local key = P .. 'j:' .. id
   local f = redis.call('HMGET', key,
     'run_id', 'name', 'queue', 'payload', 'attempts', 'max_attempts', 'idempotency_key',
-    'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event')
+    'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event', 'trace_context')
   if not f[1] then
     redis.call('ZREM', P .. 'w:' .. cands[c].q, id) -- a row gone from under its index
     redis.call('ZREM', P .. 'r:' .. cands[c].q, id)
@@ -95,7 +95,7 @@ for c = 1, #cands do
       'lease_expires_at', N(lease))
     move(r, 'running', now, lease)
     claimed[#claimed + 1] = { id, f[1], f[2], f[3], f[4], attempts, f[6], token, lease, f[7],
-      f[8], f[9], f[10] }
+      f[8], f[9], f[10], f[14] }
   end
 end
 return { now, claimed, buried }

@@ -1,6 +1,7 @@
 -- enqueue: ARGV[1] = n, then 2 arguments per request: its fields as one JSON array
 -- [id, run_id, name, queue, idempotency_key, max_attempts, tenant_id, concurrency_key, delay_ms,
--- run_at_ms, live key] (null for None), and its payload (JSON text, stored as given).
+-- run_at_ms, live key, trace context object] (null for None), and its payload (JSON text,
+-- stored as given).
 -- Dedupe on the live key first (first payload wins), then on the id (an outbox republish).
 -- Answers a flat array: id, run_id, deduped (0/1) per request, in input order.
 local function field(v)
@@ -50,6 +51,10 @@ for i = 0, n - 1 do
       end
       if ckey then
         redis.call('HSET', key, 'concurrency_key', ckey)
+      end
+      local trace = field(f[12])
+      if trace then
+        redis.call('HSET', key, 'trace_context', cjson.encode(trace))
       end
       local r = { id = id, queue = queue, created_at = now, lk = lk }
       redis.call('ZADD', P .. 'ix', 0, ixm(now, id))

@@ -5,6 +5,7 @@ into a stored row. Nothing here awaits: every operation over it is atomic on the
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,7 @@ class MemRow:
     lease_expires_at_ms: int | None = None
     finished_at_ms: int | None = None
     wait_event: str | None = None
+    trace_context: Mapping[str, str] | None = None
 
     @property
     def live_key(self) -> LiveKey:

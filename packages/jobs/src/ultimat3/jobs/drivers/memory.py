@@ -142,6 +142,7 @@ class MemoryJobDriver:
                 payload_json=payload_json,
                 tenant_id=req.tenant_id,
                 concurrency_key=req.concurrency_key,
+                trace_context=req.trace_context,
             )
         )
         return EnqueueResult(id=req.id, run_id=req.run_id, deduped=False)
@@ -226,6 +227,7 @@ class MemoryJobDriver:
                     tenant_id=row.tenant_id,
                     concurrency_key=row.concurrency_key,
                     created_at_ms=row.created_at_ms,
+                    trace_context=row.trace_context,
                 )
             )
         return claimed

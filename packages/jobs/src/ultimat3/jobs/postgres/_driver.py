@@ -279,6 +279,7 @@ class PostgresJobDriver:
                     tenant_id=r[12],
                     concurrency_key=r[13],
                     created_at_ms=r[14],
+                    trace_context=r[20],
                 )
             )
         return claimed

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from psycopg import errors as pg_errors
@@ -45,6 +45,13 @@ or not, rather than stored to fail every later statement that announces its queu
 
 def _storable(value: object) -> bool:
     return type(value) is str and value != "" and "\x00" not in value
+
+
+def _trace_text(trace_context: Mapping[str, str] | None) -> str | None:
+    """The stored trace context as ``jsonb`` text (``None`` stays SQL NULL)."""
+    if trace_context is None:
+        return None
+    return json.dumps(dict(trace_context), separators=(",", ":"), ensure_ascii=False)
 
 
 def _plainly_valid(req: EnqueueRequest) -> bool:
@@ -182,6 +189,7 @@ class Enqueuer:
             "max_attempts": req.max_attempts,
             "run_at_ms": req.run_at_ms,
             "delay_ms": req.delay_ms,
+            "trace_context": _trace_text(req.trace_context),
         }
 
     async def enqueue(self, request: EnqueueRequest, conn: Conn | None) -> EnqueueResult:
@@ -319,6 +327,7 @@ class Enqueuer:
                 r.max_attempts,
                 r.run_at_ms,
                 r.delay_ms,
+                r.trace_context,
             ]
             for r, form in zip(chunk, forms, strict=True)
         ]

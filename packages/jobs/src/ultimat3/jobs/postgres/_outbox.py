@@ -37,6 +37,7 @@ def _row(req: EnqueueRequest) -> dict[str, Any]:
         "concurrency_key": req.concurrency_key,
         "delay_ms": req.delay_ms,
         "run_at_ms": req.run_at_ms,
+        "trace_context": None if req.trace_context is None else dict(req.trace_context),
     }
 
 
@@ -53,6 +54,7 @@ def _request(doc: dict[str, Any]) -> EnqueueRequest:
         concurrency_key=doc.get("concurrency_key"),
         delay_ms=doc.get("delay_ms"),
         run_at_ms=doc.get("run_at_ms"),
+        trace_context=doc.get("trace_context"),
     )
 
 

@@ -3,6 +3,7 @@ outcome does to a row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ultimat3.core import new_id
@@ -156,6 +157,31 @@ class QueueConformance(ConformanceBase):
         assert not any(x.deduped for x in res[:2500])
         assert (res[2500].id, res[2500].deduped) == (reqs[7].id, True)
         assert await self.counts(driver, q) == {"ready": 2500}
+
+    async def test_the_trace_context_rides_from_enqueue_to_every_claim(
+        self, driver: JobDriver
+    ) -> None:
+        q = uniq("q")
+        ctx_one = {"traceparent": "00-" + "a1" * 16 + "-" + "b2" * 8 + "-01", "tracestate": "x=1"}
+        ctx_many = {"traceparent": "00-" + "c3" * 16 + "-" + "d4" * 8 + "-01"}
+        one = replace(self.req(q), trace_context=ctx_one)
+        bare = self.req(q)
+        many = [replace(self.req(q), trace_context=ctx_many) for _ in range(2)] + [self.req(q)]
+        await driver.enqueue(one)
+        await driver.enqueue(bare)
+        await driver.enqueue_many(many)
+        got = {j.id: j for j in await self.claim(driver, q)}
+        want = {one.id: ctx_one, bare.id: None, many[0].id: ctx_many, many[1].id: ctx_many}
+        want[many[2].id] = None
+        stored = {i: j.trace_context for i, j in got.items()}
+        assert {i: None if c is None else dict(c) for i, c in stored.items()} == want
+        # a retried run is still linked to the request that enqueued it
+        held = got[one.id]
+        assert await driver.nack(
+            one.id, worker_id=held.worker_id, claim=held.claim, outcome="release", delay_ms=0
+        )
+        again = await self.claim_one(driver, q)
+        assert again.id == one.id and dict(again.trace_context or {}) == ctx_one
 
     # --- claim --------------------------------------------------------------------------------
 

@@ -59,11 +59,11 @@ WITH input AS (
 inserted AS (
     INSERT INTO {x_jobs} (
         id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
-        attempts, max_attempts, run_at, created_at, updated_at)
+        attempts, max_attempts, run_at, created_at, updated_at, trace_context)
     SELECT %(id)s::uuid, %(run_id)s::uuid, %(name)s, %(queue)s,
            CASE WHEN input.run_at > now() THEN 'delayed' ELSE 'ready' END,
            %(payload)s::jsonb, %(idempotency_key)s, %(tenant_id)s, %(concurrency_key)s,
-           0, %(max_attempts)s, input.run_at, now(), now()
+           0, %(max_attempts)s, input.run_at, now(), now(), %(trace_context)s::jsonb
     FROM input
     ON CONFLICT DO NOTHING
     RETURNING id, run_id, queue, state
@@ -91,7 +91,8 @@ UNION ALL
 -- (fragment) up to ENQUEUE_CHUNK requests as ONE jsonb array of positional rows (deduplicated by
 -- key and id in Python first; one parameter, parsed once; positions are _driver._chunk_doc's:
 -- id, run_id, name, queue, payload, idempotency_key, tenant_id, concurrency_key, max_attempts,
--- run_at_ms, delay_ms), with their run_at.
+-- run_at_ms, delay_ms, trace_context), with their run_at. A JSON null trace context is stored
+-- as SQL NULL.
 input AS (
     SELECT i.*,
            coalesce(
@@ -110,6 +111,7 @@ input AS (
                (e.r ->> 8)::integer AS max_attempts,
                (e.r ->> 9)::bigint AS run_at_ms,
                (e.r ->> 10)::bigint AS delay_ms,
+               nullif(e.r -> 11, 'null'::jsonb) AS trace_context,
                e.ord
         FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e (r, ord)
     ) i
@@ -159,11 +161,11 @@ WITH {enqueue_many_input},
 inserted AS (
     INSERT INTO {x_jobs} (
         id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
-        attempts, max_attempts, run_at, created_at, updated_at)
+        attempts, max_attempts, run_at, created_at, updated_at, trace_context)
     SELECT i.id, i.run_id, i.name, i.queue,
            CASE WHEN i.run_at > now() THEN 'delayed' ELSE 'ready' END,
            i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
-           0, i.max_attempts, i.run_at, now(), now()
+           0, i.max_attempts, i.run_at, now(), now(), i.trace_context
     FROM input i
     WHERE NOT EXISTS (
         SELECT 1 FROM {x_jobs} j
@@ -184,11 +186,11 @@ WITH {enqueue_many_input},
 inserted AS (
     INSERT INTO {x_jobs} (
         id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
-        attempts, max_attempts, run_at, created_at, updated_at)
+        attempts, max_attempts, run_at, created_at, updated_at, trace_context)
     SELECT i.id, i.run_id, i.name, i.queue,
            CASE WHEN i.run_at > now() THEN 'delayed' ELSE 'ready' END,
            i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
-           0, i.max_attempts, i.run_at, now(), now()
+           0, i.max_attempts, i.run_at, now(), now(), i.trace_context
     FROM input i
     ORDER BY i.name, coalesce(i.tenant_id, ''), i.idempotency_key
     ON CONFLICT DO NOTHING
@@ -261,7 +263,7 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.run_id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.claim,
               j.lease_expires_at, j.idempotency_key, j.tenant_id, j.concurrency_key,
-              j.created_at, j.run_at
+              j.created_at, j.run_at, j.trace_context
 ),
 buried AS (
     UPDATE {x_jobs} AS j SET
@@ -301,12 +303,12 @@ FROM (
            floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
            NULL::text AS state, NULL::text AS lapsed_worker, c.run_at,
            EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps,
-           NULL::jsonb AS last_error
+           NULL::jsonb AS last_error, c.trace_context
     FROM claimed c
     UNION ALL
     SELECT 'buried', b.id::text, b.run_id::text, b.name, b.queue, b.payload, b.attempts,
            b.max_attempts, NULL, NULL, NULL, NULL, b.tenant_id, NULL, NULL, b.state,
-           b.lapsed_worker, b.run_at, NULL, b.last_error
+           b.lapsed_worker, b.run_at, NULL, b.last_error, NULL
     FROM buried b
 ) r
 ORDER BY r.kind, r.run_at, r.id

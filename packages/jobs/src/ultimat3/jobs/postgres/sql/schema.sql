@@ -38,7 +38,9 @@ CREATE TABLE x_jobs (
     last_error        jsonb,
     progress          jsonb,
     result            jsonb,
-    wait_event        text COLLATE "C"
+    wait_event        text COLLATE "C",
+    -- the enqueuing request's trace context (traceparent / tracestate); NULL without a span
+    trace_context     jsonb
 );
 
 -- The dedupe key: one LIVE row per (name, tenant, idempotency key). Serves enqueue /
