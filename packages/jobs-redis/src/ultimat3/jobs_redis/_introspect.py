@@ -14,7 +14,7 @@ import builtins
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ultimat3.core import XError, from_epoch_ms
 from ultimat3.jobs._cursor import parse_job_cursor
@@ -42,6 +42,9 @@ from ultimat3.jobs._model import (
 
 from ._codec import freeze, job_detail, job_row, opt, pairs, step_record, step_records, text
 from ._scripts import ScriptRunner
+
+if TYPE_CHECKING:
+    from ultimat3.jobs._task import Task
 
 LIST_SCAN_BUDGET: Final = 5000
 """Rows one ``list`` script run looks at before it hands back and is run again."""
@@ -428,6 +431,12 @@ class RedisJobIntrospection:
                 )
             )
         return out
+
+    def next_task_run(self, task: Task, from_: datetime | int) -> datetime:
+        """The scheduler's own resolver: the next occurrence strictly after ``from_``."""
+        from ultimat3.jobs._task import next_task_run
+
+        return next_task_run(task, from_)
 
     async def workers(self) -> builtins.list[WorkerRow]:
         reply = await self._r.run("workers", op="read workers")

@@ -35,7 +35,9 @@ from ._on_settled import Settled, SettledOutcome
 from ._outcome import ExecutionSettings, RunOutcome
 from ._policy import Concurrency, Retry
 from ._relay import outbox_relay
+from ._scheduler import SchedulerStats, TaskScheduler, task_scheduler
 from ._steps import Step
+from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, task
 from ._worker import JobWorker, WorkerStats, job_worker
 
 # name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
@@ -55,10 +57,12 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "ENQUEUE_CHUNK",
     "MAX_BULK_ROWS",
+    "MAX_CATCH_UP",
     "MAX_ENQUEUE_BATCH",
     "MAX_JOB_PAGE",
     "MAX_TASK_FIRES",
     "UNWIND_MARGIN",
+    "CatchUp",
     "Concurrency",
     "ConcurrencyLimiter",
     "EnqueueResult",
@@ -73,9 +77,13 @@ __all__ = [
     "RunEvent",
     "RunObserver",
     "RunOutcome",
+    "SchedulerStats",
     "Settled",
     "SettledOutcome",
     "Step",
+    "Task",
+    "TaskOccurrence",
+    "TaskScheduler",
     "WorkerStats",
     "concurrency_limiter",
     "execute_job",
@@ -84,7 +92,10 @@ __all__ = [
     "job_cursor",
     "job_worker",
     "memory_event_bus",
+    "next_task_run",
     "outbox_relay",
     "publish_event",
+    "task",
+    "task_scheduler",
     "with_lock",
 ]

@@ -302,3 +302,26 @@ def _dedupe_staged(
         staged.append(request)
         results.append(EnqueueResult(request.id, request.run_id, deduped=False))
     return staged, results
+
+
+def task_requests(calls: Sequence[tuple[Job[Any, Any], object]]) -> list[EnqueueRequest]:
+    """The requests one task occurrence queues, built as every enqueue builds them (checks,
+    idempotency keys, tenant). The scheduler hands them to the driver's ``fire_task`` — the
+    one other call into a driver's enqueue — so they move with the task's watermark."""
+    _refuse_if_aborted()
+    many = len(calls) > 1
+    trace_context = enqueue_trace_context()  # the fire's span: each run links to its fire
+    return [
+        _request(
+            job,
+            one,
+            run_id=None,
+            tenant_id=None,
+            delay_ms=None,
+            run_at_ms=None,
+            as_actor=None,
+            trace_context=trace_context,
+            index=i if many else None,
+        )
+        for i, (job, one) in enumerate(calls)
+    ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._model import (
     AckRequest,
@@ -34,6 +34,9 @@ from ._model import (
     TaskFire,
     WorkerRow,
 )
+
+if TYPE_CHECKING:
+    from ._task import Task
 
 
 @runtime_checkable
@@ -172,6 +175,12 @@ class JobIntrospection(Protocol):
 
     async def task_fires(self) -> builtins.list[TaskFire]: ...
 
+    def next_task_run(self, task: Task, from_: datetime | int) -> datetime:
+        """The next occurrence of ``task`` strictly after ``from_``, in the task's zone: the
+        scheduler's own resolver (``ultimat3.jobs._task.next_task_run``), so a dashboard and the
+        scheduler cannot disagree. Reads no store."""
+        ...
+
     async def workers(self) -> builtins.list[WorkerRow]: ...
 
     async def counters(
@@ -213,6 +222,22 @@ class TaskFireRecorder(Protocol):
     async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
         """Record ``occurrence_ms`` as the task's last fire; ``False`` (nothing changed) when it is
         not later than the one already recorded, so a task never fires one occurrence twice."""
+        ...
+
+
+@runtime_checkable
+class TaskFirer(Protocol):
+    """Optional driver member the scheduler needs: ONE occurrence of a task, its watermark and
+    its jobs moved in one atomic operation (Postgres: one statement; Redis: one script), so a
+    crash between the two cannot fire it twice."""
+
+    async def fire_task(
+        self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
+    ) -> bool:
+        """When ``occurrence_ms`` is later than the task's recorded fire: record it and queue
+        ``requests`` (deduped as ``enqueue_many`` dedupes); answers ``True``. Otherwise nothing
+        is queued or recorded; answers ``False``. Every request is checked before anything
+        moves."""
         ...
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ultimat3.core import XError, from_epoch_ms
 from ultimat3.jobs._cursor import parse_job_cursor
@@ -31,6 +31,9 @@ from ultimat3.jobs._model import (
 )
 
 from ._memory_state import MemoryState, MemRow, freeze
+
+if TYPE_CHECKING:
+    from ultimat3.jobs._task import Task
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -389,6 +392,12 @@ class MemoryJobIntrospection:
             TaskFire(task=task, occurrence_ms=occ, fired_at=from_epoch_ms(at))
             for task, (occ, at) in fires
         ]
+
+    def next_task_run(self, task: Task, from_: datetime | int) -> datetime:
+        """The scheduler's own resolver: the next occurrence strictly after ``from_``."""
+        from ultimat3.jobs._task import next_task_run
+
+        return next_task_run(task, from_)
 
     async def workers(self) -> builtins.list[WorkerRow]:
         now = self._s.now_ms()

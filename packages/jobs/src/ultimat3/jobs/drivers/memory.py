@@ -487,6 +487,23 @@ class MemoryJobDriver:
         self._s.task_fires[task] = (occurrence_ms, self._s.now_ms())
         return True
 
+    async def fire_task(
+        self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
+    ) -> bool:
+        """The watermark and the occurrence's jobs in one step (no await between them): every
+        request is checked first, then the jobs queue only if the watermark moved."""
+        if not task:
+            raise XError("X_INVARIANT", "fire_task: the task name is empty", fix="name it")
+        prepared = [self._prepare(req) for req in requests]
+        last = self._s.task_fires.get(task)
+        if last is not None and occurrence_ms <= last[0]:
+            return False
+        now = self._s.now_ms()
+        self._s.task_fires[task] = (occurrence_ms, now)
+        for req, payload_json in zip(requests, prepared, strict=True):
+            self._insert(req, payload_json, now)
+        return True
+
     async def purge(
         self,
         *,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from psycopg import errors as pg_errors
 
@@ -46,6 +46,9 @@ from ._rows import (
     utc,
     worker_row,
 )
+
+if TYPE_CHECKING:
+    from ultimat3.jobs._task import Task
 
 PURGE_BATCH: Final = 5000
 """Rows one purge statement deletes; the purge loops until a batch comes back short."""
@@ -412,6 +415,12 @@ class PostgresJobIntrospection:
     async def task_fires(self) -> builtins.list[TaskFire]:
         rows = await self._db.fetchall("task_fires", {"limit": MAX_TASK_FIRES}, what="task fires")
         return [TaskFire(task=r[0], occurrence_ms=int(r[1]), fired_at=utc(r[2])) for r in rows]
+
+    def next_task_run(self, task: Task, from_: datetime | int) -> datetime:
+        """The scheduler's own resolver: the next occurrence strictly after ``from_``."""
+        from ultimat3.jobs._task import next_task_run
+
+        return next_task_run(task, from_)
 
     async def workers(self) -> builtins.list[WorkerRow]:
         rows = await self._db.fetchall("workers", {}, what="workers")
