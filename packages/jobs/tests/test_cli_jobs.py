@@ -524,13 +524,21 @@ def test_counters_refuses_a_window_that_is_not_a_duration(
 # --- drain, and a driver without introspect ----------------------------------------------------
 
 
-def test_drain_exits_not_implemented_before_any_driver_is_resolved(capsys: Capture) -> None:
-    code = main(["jobs", "drain", "--json"], env={})
+def test_drain_refuses_a_target_that_is_not_durable_before_any_driver_is_resolved(
+    capsys: Capture,
+) -> None:
+    code = main(["jobs", "drain", "--to", "memory", "--json"], env={})
     captured = capsys.readouterr()
     assert code == 1 and captured.out == ""
     error = json.loads(captured.err)["error"]
-    assert error["code"] == "X_NOT_IMPLEMENTED"
-    assert "x jobs list --json" in error["fix"]
+    assert error["code"] == "X_CONFIG_INVALID" and "lost when x exits" in error["message"]
+    assert "--to redis" in error["fix"]
+
+
+def test_drain_needs_a_target(capsys: Capture) -> None:
+    code = main(["jobs", "drain", "--json"], env={})
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert code == 2 and "--to" in error["message"]
 
 
 class BareDriver:

@@ -20,6 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ultimat3.core import XError, from_epoch_ms, log_event, new_id
+from ultimat3.jobs._drain import Imported, MovedJob
 from ultimat3.jobs._model import (
     DEAD_RETENTION_MS,
     DONE_RETENTION_MS,
@@ -39,6 +40,7 @@ from ultimat3.jobs._ports import EXHAUSTED_BUFFER
 
 from ._backfills import RedisBackfillLedger
 from ._codec import compact_json, freeze, live_key, maybe_text, opt, pairs, step_records, text
+from ._import import import_jobs
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
 from ._scripts import Arg, ScriptRunner
@@ -442,6 +444,12 @@ class RedisJobDriver:
             "progress", job_id, worker_id, claim, progress_json, op="progress"
         )
         return bool(landed)
+
+    async def import_jobs(self, jobs: Sequence[MovedJob]) -> list[Imported]:
+        """Driver extra (``JobImporter``, the target of ``x jobs drain``): rows moved from another
+        driver, with their steps, in one script run; an id already here or a key a live job holds
+        adds nothing."""
+        return await import_jobs(self._r, jobs)
 
     async def wake_waiters(self, event: str) -> int:
         return int(await self._r.run("wake", event, op="wake waiters"))

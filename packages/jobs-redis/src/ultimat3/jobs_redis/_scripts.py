@@ -44,6 +44,7 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
     "enqueue",
     "fence",
     "heartbeat",
+    "import",
     "lease_acquire",
     "lease_holders",
     "lease_release",

@@ -22,6 +22,7 @@ from ultimat3.jobs._model import (
 )
 from ultimat3.jobs._ports import driver_backfills, driver_introspect
 
+from . import _drain
 from ._invocation import Commands, Invocation, add_command
 from ._output import Answer, backfill_table, clip, error_text, table, when
 
@@ -104,7 +105,12 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         help=f"the window back from now, e.g. 15m, 6h, 7d (default {DEFAULT_COUNTER_WINDOW})",
     )
 
-    cmd("drain", "planned: exits X_NOT_IMPLEMENTED and moves nothing", cmd_drain)
+    p = cmd(
+        "drain",
+        "move the jobs no worker holds from Postgres onto Redis, with their steps",
+        _drain.cmd_drain,
+    )
+    _drain.add_arguments(p)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -427,14 +433,3 @@ async def cmd_counters(inv: Invocation) -> Answer:
         f"{totals['retried']}, failed {totals['failed']}, dead {totals['dead']}"
     )
     return Answer(data, f"{body}\n{summary}")
-
-
-async def cmd_drain(inv: Invocation) -> Answer:
-    """Planned. It refuses before any driver is opened: there is nowhere durable to drain to."""
-    raise XError(
-        "X_NOT_IMPLEMENTED",
-        "x jobs drain is planned and moves nothing: Postgres is the one durable driver, so "
-        "there is nowhere to drain to",
-        fix="x jobs list --json lists what is queued; retry or cancel ids one by one",
-        meta={"command": "x jobs drain"},
-    )
