@@ -5,7 +5,10 @@ and Procrastinate, on ONE Postgres, in one run (issue 5, "Benchmarks").
     .x/bench-venv/bin/python tooling/bench/pg_bench.py [--only ultimat3,pgqueuer] [--jobs 10000]
 
 Every system gets a fresh database (``bench_<system>``, dropped and re-created for every
-measurement) on the server named by ``--dsn`` (default ``$DATABASE_URL`` or
+measurement) on a PRIVATE cluster the run starts (``--cluster private``, the default:
+bench_cluster.py — initdb under .x/bench-pg/, a spare port, pg_stat_statements preloaded, the
+shared server's fsync / WAL / buffer settings copied from ``--dsn``; deleted at the end), or on
+the server named by ``--dsn`` itself (``--cluster shared``; default ``$DATABASE_URL`` or
 postgresql://postgres@127.0.0.1:5432/test). Measured, 3 times each (the table shows medians):
 
 (a) 1,000 single enqueues, rows/s; one bulk enqueue of 1,000, rows/s.
@@ -38,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_cluster import private_cluster
 from bench_db import (
     admin_exec,
     db_name,
@@ -192,6 +196,9 @@ async def parent_main(args: argparse.Namespace) -> int:
     )
     print(f"server: {info[0][0]}; fsync={info[0][1]}; synchronous_commit={info[0][2]}")
     print(f"cpus: {os.cpu_count()}; python: {sys.version.split()[0]}; event loop: asyncio")
+    if args.cluster_options:
+        shown = " ".join(f"{k}={v}" for k, v in args.cluster_options.items())
+        print(f"private cluster (initdb, {admin}): {shown}")
     trees = [git_state()]
     if args.live:
         print(f"ultimat3 under test: the live work tree, {trees[0]} (--live)")
@@ -303,6 +310,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a database on the server to use for CREATE/DROP DATABASE bench_*",
     )
     p.add_argument(
+        "--cluster",
+        choices=("private", "shared"),
+        default="private",
+        help="private (default): start a throwaway cluster with pg_stat_statements preloaded "
+        "and the --dsn server's settings; shared: run on the --dsn server itself",
+    )
+    p.add_argument(
         "--live",
         action="store_true",
         help="measure ours as the work tree has it now, edits included (default: a snapshot "
@@ -369,7 +383,12 @@ def main() -> int:
             print(f"the snapshot did not take: ultimat3.jobs loads from {where}")
             return 2
         args.pinned = f"{args.ours_ref} = {head}, exported to {paths[-1].parents[2]}"
-    return asyncio.run(parent_main(args))
+    args.cluster_options = None
+    if args.cluster == "shared":
+        return asyncio.run(parent_main(args))
+    with private_cluster(args.dsn) as (dsn, options):
+        args.dsn, args.cluster_options = dsn, options
+        return asyncio.run(parent_main(args))
 
 
 if __name__ == "__main__":
