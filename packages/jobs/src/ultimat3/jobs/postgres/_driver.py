@@ -499,6 +499,38 @@ class PostgresJobDriver:
 
 def postgres_job_driver(
     dsn_or_pool: str | Pool,
+    async def fire_task(
+        self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
+    ) -> bool:
+        """One occurrence of a task in ONE statement (``fire_task`` in queries.sql): the
+        watermark and the jobs move together, or neither does. Every request is checked first;
+        two sharing a live key (or an id) are one job, as in ``enqueue_many``."""
+        check_text(task, what="fire_task: the task name")
+        ms_param(occurrence_ms, what=f"fire_task({task!r}): occurrence_ms")
+        forms = [Enqueuer.checked(req) for req in requests]
+        keys: set[tuple[str, str, str]] = set()
+        ids: set[str] = set()
+        firsts: list[EnqueueRequest] = []
+        first_forms: list[Any] = []
+        for req, form in zip(requests, forms, strict=True):
+            key = (req.name, req.tenant_id or "", req.idempotency_key)
+            if key in keys or req.id in ids:
+                continue
+            keys.add(key)
+            ids.add(req.id)
+            firsts.append(req)
+            first_forms.append(form)
+        row = await self._db.fetchone(
+            "fire_task",
+            {
+                "task": task,
+                "occurrence_ms": occurrence_ms,
+                "rows": Enqueuer.chunk_doc(firsts, first_forms),
+            },
+            what=f"firing task {task!r} at {occurrence_ms}",
+        )
+        return row is not None and int(row[0]) > 0
+
     *,
     schema: str | None = None,
     min_size: int = 1,

@@ -893,6 +893,43 @@ UPDATE {x_workers} AS w SET
     in_flight = %(in_flight)s::text[]
 WHERE w.id = %(id)s
 
+-- name: fire_task
+-- One occurrence of a task in ONE statement: the watermark moves (x_task_fires_pkey) only when
+-- %(occurrence_ms)s is later than the recorded one, and the occurrence's jobs are inserted only
+-- when it moved. A crash leaves both or neither; a second fire of the occurrence (a stale leader)
+-- inserts nothing, and a racing one waits on the upsert's row lock, then finds it moved. The
+-- jobs are enqueue_many's (the same input fragment, columns and ON CONFLICT DO NOTHING on the
+-- live key and the id; duplicates inside the batch were folded in Python first).
+WITH {enqueue_many_input},
+fired AS (
+    INSERT INTO {x_task_fires} AS f (task, occurrence_ms, fired_at)
+    VALUES (%(task)s, %(occurrence_ms)s, now())
+    ON CONFLICT (task) DO UPDATE SET
+        occurrence_ms = excluded.occurrence_ms,
+        fired_at = excluded.fired_at
+    WHERE f.occurrence_ms < excluded.occurrence_ms
+    RETURNING f.task
+),
+inserted AS (
+    INSERT INTO {x_jobs} (
+        id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
+        attempts, max_attempts, run_at, created_at, updated_at, trace_context)
+    SELECT i.id, i.run_id, i.name, i.queue,
+           CASE WHEN i.run_at > now() THEN 'delayed' ELSE 'ready' END,
+           i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
+           0, i.max_attempts, i.run_at, now(), now(), i.trace_context
+    FROM input i
+    WHERE EXISTS (SELECT 1 FROM fired)
+    ORDER BY i.name, coalesce(i.tenant_id, ''), i.idempotency_key
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, state
+),
+woken AS (
+    SELECT pg_notify({channel}, q.queue)
+    FROM (SELECT DISTINCT i.queue FROM inserted i WHERE i.state = 'ready') q
+)
+SELECT (SELECT count(*) FROM fired), (SELECT count(*) FROM inserted), (SELECT count(*) FROM woken)
+
 -- name: deregister_worker
 DELETE FROM {x_workers} AS w WHERE w.id = %(id)s
 
