@@ -88,13 +88,39 @@ def _lease_lost_template() -> str:
 class RedisStepStore:
     """``StepStore`` in Redis beside the job: one hash per job, one field per step."""
 
-    def __init__(self, runner: ScriptRunner) -> None:
+class Stepless:
+    """Job ids this driver claimed that had no step at their claim (bounded, oldest dropped).
+
+    While a claim holds a row only its holder records steps, through this driver (which forgets
+    the id first), so ``steps.load`` of such a job is ``{}`` without a round trip: the first
+    thing every run does costs nothing for a job that never recorded a step."""
+
+    def __init__(self, bound: int = 50_000) -> None:
+        self._ids: dict[str, None] = {}
+        self._bound = bound
+
+    def add(self, job_id: str) -> None:
+        self._ids[job_id] = None
+        if len(self._ids) > self._bound:
+            del self._ids[next(iter(self._ids))]
+
+    def discard(self, job_id: str) -> None:
+        self._ids.pop(job_id, None)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._ids
+
+
+    def __init__(self, runner: ScriptRunner, stepless: Stepless | None = None) -> None:
         self._r = runner
 
     async def load(self, job_id: str) -> dict[str, StepRecord]:
         return step_records(await self._r.run("steps_load", job_id, op="load steps"))
+        self._stepless = stepless if stepless is not None else Stepless()
 
     async def record(
+        if job_id in self._stepless:
+            return {}
         self,
         job_id: str,
         name: str,
@@ -116,6 +142,7 @@ class RedisStepStore:
         try:
             output_json = freeze(
                 output,
+        self._stepless.discard(job_id)
                 what=f"job {job_id} step {name!r} output",
                 code="X_STEP_OUTPUT_UNSERIALIZABLE",
             )
@@ -147,7 +174,8 @@ class RedisJobDriver:
         self._owns_client = owns_client
         self._prefix = prefix
         self._r = ScriptRunner(client, prefix)
-        self._steps = RedisStepStore(self._r)
+        self._stepless = Stepless()
+        self._steps = RedisStepStore(self._r, self._stepless)
         self._lease_lost = _lease_lost_template()
         self.leases = RedisLeaseStore(self._r)
         self.introspect = RedisJobIntrospection(self._r)
@@ -308,6 +336,10 @@ class RedisJobDriver:
         for buried in reply[2]:
             job_id, name, queue, attempts, max_attempts, state, worker = (
                 text(v) for v in buried[:7]
+        stepless = self._stepless
+        for c in reply[1]:
+            if not c[14]:
+                stepless.add(text(c[0]))
             )
             log_event(
                 "jobs.claim.exhausted",

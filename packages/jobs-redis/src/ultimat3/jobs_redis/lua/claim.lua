@@ -3,8 +3,10 @@
 -- Due rows: waiting rows of unpaused queues with run_at <= now (at most `limit` per queue, oldest
 -- run_at first, then id) plus running rows whose lease lapsed (at most `limit`, by expiry). A
 -- lapsed row on its final attempt is buried (dead, or failed for a no_dead_letter name) and never
--- handed out. Answers {now, claimed rows, buried rows}; a buried row is {id, name, queue,
--- attempts, max_attempts, state, lapsed worker, run_id, payload, tenant_id or false, last_error}.
+-- handed out. Answers {now, claimed rows, buried rows}; a claimed row ends with 1 when the job
+-- has a step recorded, else 0 (its first steps.load then needs no round trip); a buried row is
+-- {id, name, queue, attempts, max_attempts, state, lapsed worker, run_id, payload, tenant_id or
+-- false, last_error}.
 local worker, limit, vt, nonce, template = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local nq = tonumber(ARGV[6])
 local nodead = {}
@@ -79,7 +81,8 @@ for c = 1, #cands do
   local key = P .. 'j:' .. id
   local f = redis.call('HMGET', key,
     'run_id', 'name', 'queue', 'payload', 'attempts', 'max_attempts', 'idempotency_key',
-    'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event', 'trace_context')
+    'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event', 'trace_context',
+    'sseq')
   if not f[1] then
     redis.call('ZREM', P .. 'w:' .. cands[c].q, id) -- a row gone from under its index
     redis.call('ZREM', P .. 'r:' .. cands[c].q, id)
@@ -95,7 +98,7 @@ for c = 1, #cands do
       'lease_expires_at', N(lease))
     move(r, 'running', now, lease)
     claimed[#claimed + 1] = { id, f[1], f[2], f[3], f[4], attempts, f[6], token, lease, f[7],
-      f[8], f[9], f[10], f[14] }
+      f[8], f[9], f[10], f[14], f[15] and 1 or 0 }
   end
 end
 return { now, claimed, buried }
