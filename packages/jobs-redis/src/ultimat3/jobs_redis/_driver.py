@@ -85,9 +85,6 @@ def _lease_lost_template() -> str:
     return json.dumps(XError("X_JOB_LEASE_LOST", "@@MSG@@").to_dict())
 
 
-class RedisStepStore:
-    """``StepStore`` in Redis beside the job: one hash per job, one field per step."""
-
 class Stepless:
     """Job ids this driver claimed that had no step at their claim (bounded, oldest dropped).
 
@@ -111,16 +108,19 @@ class Stepless:
         return job_id in self._ids
 
 
+class RedisStepStore:
+    """``StepStore`` in Redis beside the job: one hash per job, one field per step."""
+
     def __init__(self, runner: ScriptRunner, stepless: Stepless | None = None) -> None:
         self._r = runner
-
-    async def load(self, job_id: str) -> dict[str, StepRecord]:
-        return step_records(await self._r.run("steps_load", job_id, op="load steps"))
         self._stepless = stepless if stepless is not None else Stepless()
 
-    async def record(
+    async def load(self, job_id: str) -> dict[str, StepRecord]:
         if job_id in self._stepless:
             return {}
+        return step_records(await self._r.run("steps_load", job_id, op="load steps"))
+
+    async def record(
         self,
         job_id: str,
         name: str,
@@ -139,10 +139,10 @@ class Stepless:
             )
         if not name:
             raise XError("X_INVARIANT", f"job {job_id}: a step name is empty", fix="name the step")
+        self._stepless.discard(job_id)
         try:
             output_json = freeze(
                 output,
-        self._stepless.discard(job_id)
                 what=f"job {job_id} step {name!r} output",
                 code="X_STEP_OUTPUT_UNSERIALIZABLE",
             )
@@ -333,13 +333,13 @@ class RedisJobDriver:
             op="claim",
         )
         now = int(reply[0])
-        for buried in reply[2]:
-            job_id, name, queue, attempts, max_attempts, state, worker = (
-                text(v) for v in buried[:7]
         stepless = self._stepless
         for c in reply[1]:
             if not c[14]:
                 stepless.add(text(c[0]))
+        for buried in reply[2]:
+            job_id, name, queue, attempts, max_attempts, state, worker = (
+                text(v) for v in buried[:7]
             )
             log_event(
                 "jobs.claim.exhausted",
