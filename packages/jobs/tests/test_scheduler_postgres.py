@@ -170,7 +170,7 @@ async def test_one_scheduler_leads_over_postgres_and_a_dead_one_is_replaced_with
         died = time.monotonic()
         while not b.leading:
             await asyncio.sleep(0.05)
-            assert time.monotonic() - died < (lease_ms + 300) / 1000
+            assert time.monotonic() - died < (lease_ms + 600) / 1000  # + a tick, under load
     finally:
         await b.stop()
         for d in drivers:

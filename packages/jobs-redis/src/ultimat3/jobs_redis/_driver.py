@@ -586,6 +586,24 @@ class RedisJobDriver:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise XError(
                     "X_INVARIANT",
+    async def fire_task(
+        self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
+    ) -> bool:
+        """One occurrence of a task in ONE script run (``fire_task.lua``): the watermark and the
+        jobs move together, or neither does. Every request is checked before the call."""
+        if not task:
+            raise XError("X_INVARIANT", "fire_task: the task name is empty", fix="name it")
+        if isinstance(occurrence_ms, bool) or not isinstance(occurrence_ms, int):
+            raise XError(
+                "X_INVARIANT",
+                f"fire_task {task!r}: occurrence {occurrence_ms!r} is not epoch ms",
+                fix="pass the occurrence as whole epoch milliseconds",
+            )
+        args: list[Arg] = [task, occurrence_ms, len(requests)]
+        for req in requests:
+            args.extend(self._prepare(req))
+        return bool(await self._r.run("fire_task", *args, op="fire a task"))
+
                     f"purge: {what} {value!r} is not a whole number of milliseconds >= 0",
                     fix=f"pass {what}=86400000 (a day) or another int",
                 )

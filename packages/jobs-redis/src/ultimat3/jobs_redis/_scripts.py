@@ -43,6 +43,7 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
     "counters",
     "enqueue",
     "fence",
+    "fire_task",
     "heartbeat",
     "import",
     "lease_acquire",

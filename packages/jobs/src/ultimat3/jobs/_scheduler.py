@@ -197,10 +197,12 @@ class TaskScheduler:
         _, leases, _, intro = self._parts()
         grant = await leases.acquire(LEASE_KEY, limit=1, holder=self.id, ttl_ms=self._lease_ms)
         if grant is None:
+            driver, _, _, _ = self._parts()
             held = await leases.holders(LEASE_KEY)
-            expires = max((g.expires_at_ms for g in held), default=now)
+            store_now = await driver.now_ms()  # the lease's clock, not ours
+            left = max((g.expires_at_ms for g in held), default=store_now) - store_now
             # try again when the holder's lease lapses (a dead leader: within one lease)
-            self._attempt_at = min(now + self._lease_ms, max(now + self._tick_ms, expires + 1))
+            self._attempt_at = now + min(self._lease_ms, max(self._tick_ms, left + 1))
             if not self._standby_logged:
                 self._standby_logged = True
                 log_event(
