@@ -3,14 +3,16 @@ fires, workers, counters."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 
-from ultimat3.core import new_id
+from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import (
     MAX_BULK_ROWS,
 )
 from ultimat3.jobs._ports import (
     JobDriver,
+    TaskFirer,
     TaskFireRecorder,
     WorkerRegistry,
 )
@@ -252,6 +254,36 @@ class OperateConformance(ConformanceBase):
         fires = {f.task: f for f in await intro.task_fires()}
         assert fires[task].occurrence_ms == 120_000
         assert fires[task].fired_at.tzinfo is not None
+
+    async def test_fire_task_moves_the_watermark_and_the_jobs_together(
+        self, driver: JobDriver
+    ) -> None:
+        intro = self.introspect(driver)
+        if not self.supports_task_fires:
+            assert not isinstance(driver, TaskFirer)
+            return
+        assert isinstance(driver, TaskFirer), "supports_task_fires needs fire_task"
+        assert intro is not None
+        task, q = uniq("task"), uniq("q")
+        held = self.req(q, key="held")
+        await driver.enqueue(held)
+        batch = [self.req(q, key="a"), self.req(q, key="b"), self.req(q, key="a"), held]
+        assert await driver.fire_task(task, 60_000, batch)
+        assert await self.counts(driver, q) == {"ready": 3}, "a, b and the held key: deduped"
+        again = [self.req(q, key="c")]
+        assert not await driver.fire_task(task, 60_000, again), "one occurrence fires once"
+        assert not await driver.fire_task(task, 1_000, again), "an earlier one never fires"
+        assert await self.counts(driver, q) == {"ready": 3}, "a refused fire queues nothing"
+        fires = {f.task: f for f in await intro.task_fires()}
+        assert fires[task].occurrence_ms == 60_000
+        bad = self.req(q, key="d", max_attempts=0)
+        with contextlib.suppress(XError):
+            await driver.fire_task(task, 120_000, [self.req(q, key="e"), bad])
+            raise AssertionError("a request with max_attempts 0 was fired")
+        assert await self.counts(driver, q) == {"ready": 3}, "checked before anything moved"
+        assert {f.task: f for f in await intro.task_fires()}[task].occurrence_ms == 60_000
+        assert await driver.fire_task(task, 120_000, again)
+        assert await self.counts(driver, q) == {"ready": 4}
 
     async def test_workers_register_heartbeat_and_expire(self, driver: JobDriver) -> None:
         intro = self.introspect(driver)
