@@ -12,7 +12,7 @@ from typing import NoReturn, TextIO
 from ultimat3.core import XError
 from ultimat3.jobs._ports import JobDriver
 
-from . import _db, _demo, _jobs, _worker
+from . import _db, _demo, _jobs, _scheduler, _tasks, _worker
 from ._driver import DRIVER_KINDS, DriverSource, choose_driver
 from ._invocation import Handler, Invocation
 from ._output import (
@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     _jobs.register(root, common)
     _db.register(root, common)
     _worker.register(root, common)
+    _scheduler.register(root, common)
+    _tasks.register(root, common)
     _demo.register(root, common)
     return parser
 

@@ -1,0 +1,86 @@
+"""``x scheduler --app module:attribute``: fire the app's tasks until SIGTERM or SIGINT.
+
+Run one in every process that may lead (a deploy's pods, say): one leads fleet-wide, the others
+stand by and take over within one lease of the leader's death. On a signal it stops ticking and
+hands the lead back, so a standby takes it at its next try.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+
+from ultimat3.core import swap_adapter
+from ultimat3.jobs._model import to_json_dict
+from ultimat3.jobs.adapter import JOB_DRIVER
+
+from ._invocation import Commands, Invocation
+from ._output import Answer
+from ._tasks import app_tasks
+from ._worker import STOP_SIGNALS
+
+WATCH_S = 0.25
+"""How often the command looks at the scheduler to report a change of lead."""
+
+
+def register(root: Commands, common: argparse.ArgumentParser) -> None:
+    summary = "fire the app's tasks (one leader fleet-wide) until SIGTERM or SIGINT"
+    p = root.add_parser("scheduler", help=summary, description=summary, parents=[common])
+    p.set_defaults(handler=cmd_scheduler)
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTRIBUTE",
+        help="where the app's list of tasks is, e.g. myapp.jobs:TASKS",
+    )
+
+
+async def cmd_scheduler(inv: Invocation) -> Answer:
+    from ultimat3.jobs._scheduler import task_scheduler
+
+    tasks = app_tasks(inv.args.app)
+    driver = await inv.driver()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        stop.set()
+
+    installed: list[signal.Signals] = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
+            continue
+        installed.append(sig)
+    with swap_adapter(JOB_DRIVER, driver):
+        scheduler = task_scheduler(tasks=tasks, driver=driver)
+        try:
+            await scheduler.start()
+            inv.progress(
+                f"x scheduler: {scheduler.id}, {len(tasks)} task(s) from {inv.args.app} on the "
+                f"{driver.name} driver; SIGTERM or Ctrl-C stops it"
+            )
+            leading = None
+            while not stop.is_set():
+                if scheduler.leading != leading:
+                    leading = scheduler.leading
+                    inv.progress("x scheduler: leading" if leading else "x scheduler: standing by")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), WATCH_S)
+            inv.progress(f"x scheduler: {received[0]} received: stopping")
+        finally:
+            await scheduler.stop()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+    stats = scheduler.stats()
+    data = {"app": inv.args.app, "signal": received[0], "stats": to_json_dict(stats)}
+    return Answer(
+        data,
+        f"x scheduler: stopped after {received[0]}: {stats.fired} fired, {stats.skipped} "
+        f"skipped, {stats.failed} failed",
+    )
