@@ -318,3 +318,44 @@ async def test_a_driver_without_fire_task_is_refused_at_start() -> None:
         await s.start()
     assert exc.value.code == "X_CONFIG_INVALID"
     assert "'bare'" in exc.value.message and "fire_task" in exc.value.message
+
+
+async def test_each_fire_is_a_span_and_its_jobs_carry_the_fires_trace(
+    clock: FrozenClock, driver: MemoryJobDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ultimat3.jobs import _scheduler
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("ultimat3")
+    monkeypatch.setattr(_scheduler, "tracer", lambda: tracer)
+    s = task_scheduler(tasks=[_every_minute()], driver=driver, clock=clock)
+    try:
+        await _run(s, clock, 31)  # fires 12:00 (late) and 12:01
+    finally:
+        provider.shutdown()
+    spans = [sp for sp in exporter.get_finished_spans() if sp.name == "x.task.fire"]
+    assert [dict(sp.attributes or {}) for sp in spans] == [
+        {
+            "x.task": "minutely",
+            "x.task.occurrence_ms": _minute(n),
+            "x.task.catch_up": False,
+            "x.task.outcome": "fired",
+            "x.task.jobs": 1,
+        }
+        for n in (0, 1)
+    ]
+    claimed = await driver.claim(
+        queues=["default"], limit=10, worker_id="w", visibility_timeout_ms=30_000
+    )
+    traces = {c.payload["at"]: c.trace_context for c in claimed}
+    for sp, n in zip(spans, (0, 1), strict=True):
+        assert sp.context is not None
+        stored = traces[f"minutely@{_iso(_minute(n))}"]
+        assert stored is not None
+        assert f"{sp.context.trace_id:032x}" in stored["traceparent"]
