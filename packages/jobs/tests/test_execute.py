@@ -31,9 +31,7 @@ from ultimat3.jobs import (
     Job,
     Retry,
     RunOutcome,
-    _execute,
     _heartbeat,
-    _steps,
     execute_job,
     job,
 )
@@ -777,56 +775,7 @@ async def test_on_postgres_heartbeats_keep_a_run_past_its_visibility_window(
     assert (row.state, row.attempts, row.result) == ("done", 1, "finished")
 
 
-# --- spans and metrics ---------------------------------------------------------------------------
-
-
-class FakeSpan:
-    def __init__(self, name: str, parent: str | None) -> None:
-        self.name = name
-        self.parent = parent
-        self.attributes: dict[str, Any] = {}
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        self.attributes[key] = value
-
-
-class FakeTracer:
-    def __init__(self) -> None:
-        self.spans: list[FakeSpan] = []
-        self._stack: list[FakeSpan] = []
-
-    @contextlib.contextmanager
-    def start_as_current_span(self, name: str, **kw: Any) -> Iterator[FakeSpan]:
-        span = FakeSpan(name, self._stack[-1].name if self._stack else None)
-        self.spans.append(span)
-        self._stack.append(span)
-        try:
-            yield span
-        finally:
-            self._stack.pop()
-
-
-async def test_one_span_per_job_one_child_span_per_step_and_jobs_total(
-    driver: EngineDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = FakeTracer()
-    counter = FakeCounter()
-    monkeypatch.setattr(_execute, "tracer", lambda: fake)
-    monkeypatch.setattr(_steps, "tracer", lambda: fake)
-    monkeypatch.setattr(_execute, "_jobs_counter", counter)
-
-    async def body(input: Org, step: Any, ctx: Any) -> None:
-        await step.run("a", lambda s: 1)
-        await step.run("b", lambda s: 2)
-
-    await run_once(driver, declare(body))
-    assert [(s.name, s.parent) for s in fake.spans] == [
-        ("job exec-job", None),
-        ("step a", "job exec-job"),
-        ("step b", "job exec-job"),
-    ]
-    assert fake.spans[0].attributes["ultimat3.outcome"] == "done"
-    assert counter.adds == [(1, {"queue": "default", "outcome": "done"})]
+# --- spans and metrics: tests/test_observability.py (the OpenTelemetry SDK's in-memory exporters)
 
 
 async def test_a_sleep_wakes_at_the_claim_plus_the_elapsed_monotonic_time(engine: Engine) -> None:

@@ -68,7 +68,12 @@ async def test_the_gauges_report_each_started_worker_in_flight_and_capacity(
     await free.start()
     try:
         await inside.wait()
-        assert set(fake_meter.gauges) == {"job_worker_in_flight", "job_worker_capacity"}
+        assert set(fake_meter.gauges) == {
+            "job_worker_in_flight",
+            "job_worker_capacity",
+            "queue_depth",
+            "queue_demand",
+        }
         in_flight = fake_meter.read("job_worker_in_flight")
         assert in_flight["capped"] + in_flight["uncapped"] == 1
         assert fake_meter.read("job_worker_capacity") == {"capped": 4}  # no cap, no capacity

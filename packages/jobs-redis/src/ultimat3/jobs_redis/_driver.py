@@ -21,8 +21,10 @@ from redis.backoff import NoBackoff
 
 from ultimat3.core import XError, from_epoch_ms, log_event, new_id
 from ultimat3.jobs._drain import Imported, MovedJob
+from ultimat3.jobs._introspect_rules import sample_queue_names
 from ultimat3.jobs._model import (
     DEAD_RETENTION_MS,
+    DEPTH_SAMPLE_CAP,
     DONE_RETENTION_MS,
     ENQUEUE_CHUNK,
     MAX_ENQUEUE_BATCH,
@@ -31,6 +33,7 @@ from ultimat3.jobs._model import (
     EnqueueResult,
     ExhaustedJob,
     NackOutcome,
+    QueueSample,
     QueueStats,
     StepRecord,
     StepState,
@@ -496,6 +499,18 @@ class RedisJobDriver:
                 out.append(QueueStats(queue=text(reply[i]), **counts))
         out.sort(key=lambda s: s.queue)
         return out
+
+    async def sample_queues(self, queues: Sequence[str]) -> list[QueueSample]:
+        """``QueueSampler``: one script run for every queue named (a ``ZCOUNT`` and a ``ZCARD``
+        per queue, O(log n)), each count capped at ``DEPTH_SAMPLE_CAP``."""
+        names = sample_queue_names(queues)
+        if not names:
+            return []
+        reply = await self._r.run("sample", DEPTH_SAMPLE_CAP, *names, op="sample queue depth")
+        return [
+            QueueSample(queue=q, depth=int(r[0]), running=int(r[1]), paused=bool(int(r[2])))
+            for q, r in zip(names, reply, strict=True)
+        ]
 
     async def close(self) -> None:
         """Closes the client when the driver made it (from a URL); a client you passed in is

@@ -60,6 +60,7 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
     "remove",
     "requeue",
     "resolve_step",
+    "sample",
     "show",
     "stats",
     "step_record",

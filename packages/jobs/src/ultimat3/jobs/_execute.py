@@ -45,6 +45,7 @@ from ._outcome import ExecutionSettings, RunOutcome
 from ._ports import driver_leases
 from ._settler import DirectSettler
 from ._settles import Settles
+from ._spans import end_run_span, run_span
 from ._steps import RunState, Step, StepSuspended, error_dict
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 _jobs_counter: Counter | None = None
 
 
-def _jobs_total() -> Counter:
+def jobs_total_counter() -> Counter:
     global _jobs_counter
     if _jobs_counter is None:
         _jobs_counter = meter().create_counter(
@@ -78,18 +79,10 @@ async def execute_job(
     if spans is None:  # no SDK installed: the span would be a no-op, so none is made
         outcome = await run.execute()
     else:
-        with spans.start_as_current_span(
-            f"job {claimed.name}",
-            attributes={
-                "ultimat3.job": claimed.name,
-                "ultimat3.job_id": claimed.id,
-                "ultimat3.queue": claimed.queue,
-                "ultimat3.attempt": claimed.attempt,
-            },
-        ) as span:
+        with run_span(spans, claimed) as span:  # CONSUMER, linked to the enqueuing request
             outcome = await run.execute()
-            span.set_attribute("ultimat3.outcome", outcome.outcome)
-    _jobs_total().add(1, {"queue": claimed.queue, "outcome": outcome.outcome})
+            end_run_span(span, outcome)
+    jobs_total_counter().add(1, {"queue": claimed.queue, "outcome": outcome.outcome})
     return outcome
 
 

@@ -1,8 +1,11 @@
-"""The worker gauges: ``job_worker_in_flight`` and ``job_worker_capacity``.
+"""The worker gauges: ``job_worker_in_flight``, ``job_worker_capacity``, ``queue_depth`` and
+``queue_demand``.
 
-Two OpenTelemetry observable gauges on core's ``meter()``, registered once per process, read
-every started worker of the process (by ``worker_id``) when the SDK collects: the runs it holds,
-and its ``max_in_flight`` (a worker with no process cap reports no capacity).
+OpenTelemetry observable gauges on core's ``meter()``, registered once per process, read every
+started worker of the process when the SDK collects: the runs it holds and its ``max_in_flight``
+(by ``worker_id``; a worker with no process cap reports no capacity), and per ``queue`` the last
+sample its ``DepthSampler`` took (``_sampler.py``; two workers of one process serving a queue
+report it once, the newer sample).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from ultimat3.core import meter
+
+from ._model import QueueSample
+from ._sampler import mark_read
 
 if TYPE_CHECKING:
     from ._worker import JobWorker
@@ -43,6 +49,21 @@ def watch_worker(worker: JobWorker) -> None:
                     description="a worker process's max_in_flight",
                 )
             )
+            _registered.append(
+                m.create_observable_gauge(
+                    "queue_depth",
+                    callbacks=[observe_depth],
+                    description="jobs due now that no worker holds, per queue (sampled)",
+                )
+            )
+            _registered.append(
+                m.create_observable_gauge(
+                    "queue_demand",
+                    callbacks=[observe_demand],
+                    description="runs in flight plus the due backlog of an unpaused queue "
+                    "(sampled): what the worker HPA scales on",
+                )
+            )
         _workers.add(worker)
 
 
@@ -66,3 +87,26 @@ def observe_capacity(options: CallbackOptions) -> Iterable[Observation]:
         for w in _watched()
         if w.max_in_flight is not None
     ]
+
+
+def _samples() -> list[QueueSample]:
+    """The newest fresh sample of each queue any watched worker serves; wakes every sampler."""
+    mark_read()
+    newest: dict[str, tuple[float, QueueSample]] = {}
+    for w in _watched():
+        sampler = w.depth_sampler
+        sampler.want()
+        at = sampler.sampled_at
+        for sample in sampler.fresh():
+            seen = newest.get(sample.queue)
+            if at is not None and (seen is None or seen[0] < at):
+                newest[sample.queue] = (at, sample)
+    return [newest[q][1] for q in sorted(newest)]
+
+
+def observe_depth(options: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(s.depth, {"queue": s.queue}) for s in _samples()]
+
+
+def observe_demand(options: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(s.demand, {"queue": s.queue}) for s in _samples()]

@@ -70,3 +70,22 @@ def check_page(*, limit: object, after: str | None, before: str | None, state: o
         )
     if state is not None:
         check_state(state, what="introspect.list")
+
+
+def sample_queue_names(queues: object) -> list[str]:
+    """``sample_queues``' argument as distinct names in the order first named; ``X_INVARIANT``
+    naming the first that is not a non-empty str."""
+    if isinstance(queues, str | bytes) or not isinstance(queues, list | tuple):
+        raise XError(
+            "X_INVARIANT",
+            f"sample_queues takes a list of queue names, got {type(queues).__name__}",
+            fix="sample_queues(['default', 'billing'])",
+        )
+    for queue in queues:
+        if not isinstance(queue, str) or not queue:
+            raise XError(
+                "X_INVARIANT",
+                f"sample_queues: {queue!r} is not a queue name",
+                fix="name each queue as a non-empty str",
+            )
+    return list(dict.fromkeys(queues))

@@ -181,6 +181,32 @@ class QueueStats:
     cancelled: int = 0
 
 
+DEPTH_SAMPLE_CAP: Final = 100_000
+"""``sample_queues`` counts at most this many rows per queue and state group: a sample stays one
+bounded index read whatever the backlog (a gauge reading the cap means "at least this many")."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """One queue's load at one instant (``QueueSampler.sample_queues``), each count capped at
+    ``DEPTH_SAMPLE_CAP``."""
+
+    queue: str
+    depth: int
+    """Jobs due now that no worker holds: ``ready`` / ``delayed`` / ``suspended`` rows whose
+    ``run_at`` has passed (a retry still backing off, a sleep not yet over, are not due)."""
+    running: int
+    """Jobs a worker holds (``running``, a lapsed lease included until a claim takes it back)."""
+    paused: bool = False
+
+    @property
+    def demand(self) -> int:
+        """What the queue asks of the fleet now: the runs in flight plus the due backlog (none
+        for a paused queue, which no worker may claim). The worker HPA's target: demand over
+        slots per replica."""
+        return self.running + (0 if self.paused else self.depth)
+
+
 @dataclass(frozen=True, slots=True)
 class BulkResult:
     affected: int

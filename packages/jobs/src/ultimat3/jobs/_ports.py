@@ -28,6 +28,7 @@ from ._model import (
     JobState,
     LeaseGrant,
     NackOutcome,
+    QueueSample,
     QueueStats,
     StepRecord,
     StepState,
@@ -274,6 +275,17 @@ class ExhaustionReporter(Protocol):
     def take_exhausted(self) -> list[ExhaustedJob]:
         """Answer and forget the rows buried since the last call, oldest first (at most the last
         ``EXHAUSTED_BUFFER``)."""
+        ...
+
+
+@runtime_checkable
+class QueueSampler(Protocol):
+    """Optional driver member: ``queue_depth`` / ``queue_demand`` for the worker's gauges. ONE
+    set-based read of the store for every queue named (no write, no lock), each count capped at
+    ``DEPTH_SAMPLE_CAP``; a driver without it reports no depth."""
+
+    async def sample_queues(self, queues: Sequence[str]) -> list[QueueSample]:
+        """One ``QueueSample`` per distinct queue named, in the order first named."""
         ...
 
 

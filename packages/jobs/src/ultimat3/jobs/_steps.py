@@ -28,11 +28,11 @@ from ultimat3.core import (
     installed_adapter,
     parse_duration,
     to_json_form,
-    tracer,
 )
 
 from ._model import ClaimedJob, StepRecord
 from ._observe import RunEvent, RunEventKind, RunObserver
+from ._spans import mark_step, step_span, step_spans_on
 
 if TYPE_CHECKING:
     from ._declare import Job
@@ -312,6 +312,8 @@ class Step:
         await state.notice("step", name)
         stored = state.stored.get(name)
         if stored is not None and stored.state == "completed":
+            if step_spans_on():  # the replay answers it: an instant span, marked replayed
+                mark_step(job.name, state.claimed.id, name, kind="run", replayed=True)
             state.register(name, compensate, stored.output)
             return stored.output  # type: ignore[no-any-return]
         if once and stored is not None:
@@ -329,15 +331,18 @@ class Step:
             )
         if state.replaying:
             raise ReplayStop(name)  # the first step with no stored outcome: the replay ends
-        with tracer().start_as_current_span(
-            f"step {name}",
-            attributes={"ultimat3.job": job.name, "ultimat3.job_id": state.claimed.id},
-        ):
-            if once:
-                await state.record(name, "started", once=True)
-            output = await self._execute(name, fn)
+        if step_spans_on():
+            with step_span(job.name, state.claimed.id, name, kind="run", replayed=False):
+                output = await self._first_run(name, fn, once)
+        else:
+            output = await self._first_run(name, fn, once)
         state.register(name, compensate, output)
         return output
+
+    async def _first_run(self, name: str, fn: Callable[[Signal], Any], once: bool) -> JsonValue:
+        if once:
+            await self._state.record(name, "started", once=True)
+        return await self._execute(name, fn)
 
     async def _execute(self, name: str, fn: Callable[[Signal], Any]) -> JsonValue:
         state = self._state
@@ -382,6 +387,9 @@ class Step:
         stored = state.stored.get(name)
         now = state.now_ms()
         await state.notice("step", name)
+        if step_spans_on():
+            replayed = stored is not None and stored.state == "completed"
+            mark_step(state.job.name, state.claimed.id, name, kind="sleep", replayed=replayed)
         if stored is not None and stored.state == "completed" and isinstance(stored.output, dict):
             if state.replaying:
                 return
@@ -455,6 +463,9 @@ class Step:
         state.claim_name(name, "wait_for_event")
         await state.notice("step", name)
         stored = state.stored.get(name)
+        if step_spans_on():
+            replayed = stored is not None and stored.state == "completed"
+            mark_step(job.name, state.claimed.id, name, kind="wait_for_event", replayed=replayed)
         if stored is not None and stored.state == "completed":
             if stored.output is None:
                 return None

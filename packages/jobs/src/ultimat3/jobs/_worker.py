@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ultimat3.core import AbortController, XError, adapter, log_event
 
-from ._execute import execute_job
+from ._execute import execute_job, jobs_total_counter
 from ._gauges import unwatch_worker, watch_worker
 from ._limiter import ConcurrencyLimiter
 from ._model import ClaimedJob, ExhaustedJob
@@ -45,6 +45,7 @@ from ._ports import (
     driver_members_missing,
     driver_wake,
 )
+from ._sampler import DEFAULT_DEPTH_SAMPLE_INTERVAL_MS, DepthSampler
 from ._settler import settler_for
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ def job_worker(
     handle_signals: bool = True,
     monotonic: Callable[[], float] | None = None,
     rng: random.Random | None = None,
+    depth_sample_interval_ms: int = DEFAULT_DEPTH_SAMPLE_INTERVAL_MS,
 ) -> JobWorker:
     """A worker for ``jobs``. ``driver`` defaults to the installed one (resolved at ``start``);
     ``queues`` to the queues the jobs declare."""
@@ -162,6 +164,7 @@ def job_worker(
     _positive_ms("drain_timeout_ms", drain_timeout_ms)
     _positive_ms("abandon_grace_ms", abandon_grace_ms)
     _positive_ms("claim_batch", claim_batch)
+    _positive_ms("depth_sample_interval_ms", depth_sample_interval_ms)
     if limiter is not None and not isinstance(limiter, ConcurrencyLimiter):
         raise _config_error(
             f"limiter {limiter!r} is not a concurrency_limiter",
@@ -190,6 +193,7 @@ def job_worker(
         claim_batch=claim_batch,
         handle_signals=handle_signals,
         settings=settings,
+        depth_sample_interval_ms=depth_sample_interval_ms,
     )
 
 
@@ -210,6 +214,7 @@ class JobWorker:
         claim_batch: int,
         handle_signals: bool,
         settings: ExecutionSettings,
+        depth_sample_interval_ms: int = DEFAULT_DEPTH_SAMPLE_INTERVAL_MS,
     ) -> None:
         self.id = worker_id
         self.jobs = jobs
@@ -244,6 +249,8 @@ class JobWorker:
         self._counts: dict[str, int] = {}
         self._registered = False
         self._queue_wake: WakeHandle | None = None
+        self.depth_sampler = DepthSampler(depth_sample_interval_ms)
+        """Behind the ``queue_depth`` / ``queue_demand`` gauges (``_sampler.py``)."""
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -303,6 +310,7 @@ class JobWorker:
         await self._register()
         await self._start_wake()
         watch_worker(self)
+        self.depth_sampler.start(self.driver, self.queues)
         self._loop_task = asyncio.ensure_future(self._loop())
         if self._handle_signals:
             self._install_sigterm()
@@ -451,6 +459,7 @@ class JobWorker:
         if not isinstance(driver, ExhaustionReporter):
             return
         for row in driver.take_exhausted():
+            jobs_total_counter().add(1, {"queue": row.queue, "outcome": row.outcome})
             job = self.jobs.get(row.name)
             if job is None:
                 continue
@@ -587,6 +596,7 @@ class JobWorker:
         await self.wait_idle()
         self._loop_task = None
         unwatch_worker(self)
+        await self.depth_sampler.stop()
         self._remove_sigterm()
         await self._deregister()
 

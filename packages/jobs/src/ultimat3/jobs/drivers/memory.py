@@ -23,8 +23,10 @@ from typing import Any, Final
 
 from ultimat3.core import Clock, XError, from_epoch_ms, log_event, new_id
 from ultimat3.jobs._events import MemoryEventBus, memory_event_bus
+from ultimat3.jobs._introspect_rules import sample_queue_names
 from ultimat3.jobs._model import (
     DEAD_RETENTION_MS,
+    DEPTH_SAMPLE_CAP,
     DONE_RETENTION_MS,
     MAX_ENQUEUE_BATCH,
     TERMINAL_STATES,
@@ -35,6 +37,7 @@ from ultimat3.jobs._model import (
     ExhaustedJob,
     JobState,
     NackOutcome,
+    QueueSample,
     QueueStats,
     WorkerRow,
 )
@@ -231,6 +234,31 @@ class MemoryJobDriver:
                 )
             )
         return claimed
+
+    async def sample_queues(self, queues: Sequence[str]) -> list[QueueSample]:
+        """``QueueSampler``: each queue's due backlog and runs in flight, one pass over the live
+        rows."""
+        names = sample_queue_names(queues)
+        now = self._s.now_ms()
+        depth = dict.fromkeys(names, 0)
+        running = dict.fromkeys(names, 0)
+        for job_id in self._s.live_ids:
+            row = self._s.rows[job_id]
+            if row.queue not in depth:
+                continue
+            if row.state == "running":
+                running[row.queue] += 1
+            elif row.run_at_ms <= now:
+                depth[row.queue] += 1
+        return [
+            QueueSample(
+                queue=q,
+                depth=min(depth[q], DEPTH_SAMPLE_CAP),
+                running=min(running[q], DEPTH_SAMPLE_CAP),
+                paused=q in self._s.paused_queues,
+            )
+            for q in names
+        ]
 
     def _exhaust(self, row: MemRow, no_dead_letter: Collection[str], now: int) -> None:
         """A lease lapsed on the row's final attempt: bury it (the claim settles it)."""

@@ -280,6 +280,7 @@ REPEATABLE: Final = frozenset(
         # reads
         "now_ms",
         "stats",
+        "sample_queues",
         "steps_load",
         "show",
         "list_after",

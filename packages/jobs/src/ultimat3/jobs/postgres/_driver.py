@@ -14,13 +14,16 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ultimat3.core import XError, log_event
+from ultimat3.jobs._introspect_rules import sample_queue_names
 from ultimat3.jobs._model import (
+    DEPTH_SAMPLE_CAP,
     AckRequest,
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
     ExhaustedJob,
     NackOutcome,
+    QueueSample,
     QueueStats,
     StepState,
     WorkerRow,
@@ -432,6 +435,19 @@ class PostgresJobDriver:
             )
             for r in rows
         ]
+
+    async def sample_queues(self, queues: Sequence[str]) -> list[QueueSample]:
+        """``QueueSampler``: one statement for every queue named, read-only, index-only scans
+        capped at ``DEPTH_SAMPLE_CAP`` rows per queue and state group."""
+        names = sample_queue_names(queues)
+        if not names:
+            return []
+        rows = await self._db.fetchall(
+            "sample_queues",
+            {"queues": names, "cap": DEPTH_SAMPLE_CAP},
+            what=f"sampling the depth of {len(names)} queues",
+        )
+        return [QueueSample(queue=r[0], depth=r[1], running=r[2], paused=r[3]) for r in rows]
 
     # --- workers, task fires, purge (driver extras) -----------------------------------------
 

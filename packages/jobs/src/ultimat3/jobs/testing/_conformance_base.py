@@ -78,6 +78,8 @@ class ConformanceBase:
     supports_backfills: ClassVar[bool] = True
     supports_workers: ClassVar[bool] = True
     supports_task_fires: ClassVar[bool] = True
+    supports_queue_samples: ClassVar[bool] = True
+    """``QueueSampler.sample_queues`` (the ``queue_depth`` / ``queue_demand`` gauges)."""
     visibility_timeout_ms: ClassVar[int] = 300
     """Short, so a real-clock driver waits little for a lease to lapse."""
     settle_margin_ms: ClassVar[int] = 250

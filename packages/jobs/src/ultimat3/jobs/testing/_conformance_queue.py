@@ -8,9 +8,9 @@ from typing import Any
 
 from ultimat3.core import new_id
 from ultimat3.jobs._model import AckRequest, NackOutcome
-from ultimat3.jobs._ports import BatchSettler, JobDriver
+from ultimat3.jobs._ports import BatchSettler, JobDriver, QueueSampler
 
-from ._conformance_base import LONG_VT, ConformanceBase, uniq
+from ._conformance_base import LONG_VT, ConformanceBase, held_by, refused, uniq
 
 
 class QueueConformance(ConformanceBase):
@@ -182,6 +182,45 @@ class QueueConformance(ConformanceBase):
         )
         again = await self.claim_one(driver, q)
         assert again.id == one.id and dict(again.trace_context or {}) == ctx_one
+
+    async def test_sample_queues_counts_the_due_backlog_and_the_runs_in_flight(
+        self, driver: JobDriver
+    ) -> None:
+        if not self.supports_queue_samples:
+            assert not isinstance(driver, QueueSampler), "supports_queue_samples = False, yet"
+            return
+        assert isinstance(driver, QueueSampler)
+        q, other, empty = uniq("q"), uniq("other"), uniq("empty")
+        now = await driver.now_ms()
+        await driver.enqueue_many(
+            [self.req(q) for _ in range(3)]
+            + [self.req(q, delay_ms=3_600_000), self.req(q, run_at_ms=now - 1000)]
+            + [self.req(other)]
+        )
+        held = await self.claim_one(driver, q)
+        got = await driver.sample_queues([q, other, q, empty])
+        assert [(s.queue, s.depth, s.running, s.paused) for s in got] == [
+            (q, 3, 1, False),  # 2 ready + 1 due by run_at; the delayed one is not due
+            (other, 1, 0, False),
+            (empty, 0, 0, False),
+        ]
+        assert [s.demand for s in got] == [4, 1, 0]
+        # a run handed back with a delay is neither due nor running
+        assert await driver.nack(held.id, **held_by(held), outcome="release", delay_ms=3_600_000)
+        [after] = await driver.sample_queues([q])
+        assert (after.depth, after.running, after.demand) == (3, 0, 3)
+        intro = self.introspect(driver)
+        if intro is not None:
+            await intro.pause_queue(q)
+            await self.claim_one(driver, other)
+            paused, busy = await driver.sample_queues([q, other])
+            assert (paused.paused, paused.depth, paused.demand) == (True, 3, 0)
+            assert (busy.depth, busy.running, busy.demand) == (0, 1, 1)
+        assert await driver.sample_queues([]) == []
+        async with refused("X_INVARIANT", "list of queue names"):
+            await driver.sample_queues(q)
+        async with refused("X_INVARIANT", "''"):
+            await driver.sample_queues([q, ""])
 
     # --- claim --------------------------------------------------------------------------------
 

@@ -476,6 +476,27 @@ FROM {x_jobs} j
 GROUP BY j.queue
 ORDER BY j.queue
 
+-- name: sample_queues
+-- queue_depth / queue_demand (QueueSampler): for each queue named, in the order named, its due
+-- rows no worker holds and its running rows, each counted up to %(cap)s by an index-only range
+-- scan (x_jobs_claim_idx on (queue, run_at) for the due rows, x_jobs_lapsed_idx for the running
+-- ones), and whether it is paused. One statement for every queue; it reads, never locks.
+SELECT q.queue,
+       (SELECT count(*)::integer FROM (
+            SELECT 1 FROM {x_jobs} j
+            WHERE j.queue = q.queue
+              AND j.state IN ('ready', 'delayed', 'suspended')
+              AND j.run_at <= now()
+            LIMIT %(cap)s) d),
+       (SELECT count(*)::integer FROM (
+            SELECT 1 FROM {x_jobs} j
+            WHERE j.queue = q.queue
+              AND j.state = 'running'
+            LIMIT %(cap)s) r),
+       EXISTS (SELECT 1 FROM {x_paused_queues} p WHERE p.queue = q.queue)
+FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q (queue, ord)
+ORDER BY q.ord
+
 -- name: steps_load
 -- x_job_steps_pkey; steps in the order they were first recorded.
 SELECT s.name, s.state, s.executions, s.output, s.error, s.updated_at
