@@ -287,3 +287,34 @@ async def _fired(url: str, schema: str) -> tuple[list[int], int]:
         row = await cur.fetchone()
         assert row is not None
         return ats, int(row[0])
+
+
+async def test_an_idle_minute_on_postgres_is_six_statements_for_fifty_tasks(
+    pg_driver: PostgresJobDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ultimat3.core import FrozenClock
+
+    sent: Counter[str] = Counter()
+    db = pg_driver._db
+    run = db._run
+
+    async def counted(name: str, *args: Any) -> Any:
+        sent[name] += 1
+        return await run(name, *args)
+
+    monkeypatch.setattr(db, "_run", counted)
+    clock = FrozenClock("2026-06-01T12:00:30Z")
+    tasks = [
+        task(name=f"daily-{i}", cron=f"{i} 3 * * *", enqueue=lambda at: (on_tick, {"at": "x"}))
+        for i in range(50)
+    ]
+    s = task_scheduler(tasks=tasks, driver=pg_driver, clock=clock)
+    await s.tick()
+    assert s.leading
+    assert sent == Counter({"lease_acquire": 1, "task_fires": 1, "paused_tasks": 1})
+    sent.clear()
+    for _ in range(60):  # one idle minute, a tick a (frozen) second
+        clock.advance("1s")
+        await s.tick()
+    assert sent == Counter({"lease_renew": 6})
+    await s.stop()
