@@ -376,3 +376,32 @@ def test_a_bad_sample_interval_is_refused() -> None:
         job_worker(jobs=[j], depth_sample_interval_ms=0)
     assert exc.value.code == "X_CONFIG_INVALID"
     assert "depth_sample_interval_ms" in exc.value.message
+
+
+async def test_a_row_the_claim_buries_counts_once_as_dead_on_jobs_total(
+    engine: Engine, otel: Otel
+) -> None:
+    async def body(input: Order, step: Any, ctx: Any) -> None:
+        return None
+
+    once = job(
+        input=Order,
+        idempotency_key=lambda i: f"b:{i.n}",
+        name="obs.buried",
+        queue="bq",
+        retry=Retry(attempts=1),
+        run=body,
+    )
+    await once.enqueue({"n": 1})
+    [claimed] = await engine.driver.claim(
+        queues=["bq"], limit=1, worker_id="died", visibility_timeout_ms=200
+    )
+    assert claimed.attempt == claimed.max_attempts, "its final attempt"
+    if engine.clock is not None:
+        engine.clock.advance(300)
+    else:
+        await asyncio.sleep(0.35)
+    worker = job_worker(jobs=[once], driver=engine.driver, handle_signals=False)
+    assert await worker.run_pass() == 0, "buried, never handed out"
+    assert worker.stats().dead_lettered == 1
+    assert otel.points("jobs_total") == {(("outcome", "dead"), ("queue", "bq")): 1}

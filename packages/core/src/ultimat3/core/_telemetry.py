@@ -28,6 +28,14 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.outbox.publish-failed": "error",
         "jobs.on-settled.failed": "error",
         "jobs.driver.unavailable": "warning",
+        "jobs.wake.lost": "warning",
+        "jobs.wake.event-failed": "warning",
+        "jobs.slot.lost": "error",
+        "jobs.slot.renew-failed": "warning",
+        "jobs.slot.release-failed": "warning",
+        "jobs.progress.failed": "warning",
+        "jobs.run.crashed": "error",
+        "jobs.sample.failed": "warning",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""
