@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ultimat3.core import XError, is_lowercase_uuid, new_id, require_lowercase_uuid, uuid7_at
+from ultimat3.core import (
+    XError,
+    is_lowercase_uuid,
+    new_id,
+    new_ids,
+    require_lowercase_uuid,
+    uuid7_at,
+)
 
 
 def test_new_id_is_a_lowercase_uuid7() -> None:
@@ -20,6 +27,24 @@ def test_new_ids_sort_in_creation_order() -> None:
     ids = [new_id() for _ in range(5000)]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
+
+
+@given(st.integers(0, 300))
+def test_new_ids_are_uuid7s_after_every_earlier_id_and_before_every_later(n: int) -> None:
+    before = new_id()
+    ids = new_ids(n)
+    after = new_id()
+    assert len(ids) == n == len(set(ids))
+    assert [before, *ids, after] == sorted([before, *ids, after])
+    assert before not in ids and after not in ids
+    for value in ids:
+        parsed = uuid.UUID(value)
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, value)
+        assert abs((parsed.int >> 80) - (uuid.UUID(after).int >> 80)) < 60_000
+
+
+def test_new_ids_of_nothing_is_empty() -> None:
+    assert new_ids(0) == [] and new_ids(-1) == []
 
 
 @given(st.integers(0, (1 << 48) - 1), st.integers(0, (1 << 74) - 1))

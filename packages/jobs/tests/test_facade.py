@@ -4,12 +4,16 @@ or vanishes with it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
+from hypothesis import given as for_all
+from hypothesis import settings
+from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 
@@ -550,3 +554,71 @@ async def test_a_tenant_function_answering_an_empty_string_is_refused(spy: SpyDr
     assert exc.value.code == "X_INVARIANT"
     assert "tenant" in exc.value.message
     assert spy.one_calls == 0
+
+
+# --- the batch path builds what the one-by-one path builds ---------------------------------------
+
+
+_NOTES = st.sampled_from(["a", "b", "", "x" * 3])
+_INPUTS = st.lists(
+    st.one_of(
+        st.builds(lambda n: {"org_id": str(UUID(int=n)), "note": "n"}, st.integers(0, 5)),
+        st.builds(lambda note: {"org_id": str(uuid4()), "note": note}, _NOTES),
+        st.just({"org_id": "nope"}),
+    ),
+    max_size=8,
+)
+
+
+@for_all(inputs=_INPUTS, tenant_id=st.sampled_from([None, "t-1"]))
+@settings(max_examples=60, deadline=None)
+def test_the_batch_requests_equal_the_one_by_one_requests(
+    inputs: list[dict[str, str]], tenant_id: str | None
+) -> None:
+    """_requests_many (one validation, one dump, one id allocation) answers what _request per
+    input answers — ids aside — or raises the refusal that path raises, naming the same input."""
+    from ultimat3.jobs._facade import _request, _requests_many
+
+    by_note = job(input=Org, idempotency_key=lambda i: i.note, name="by-note", run=_noop)
+    for declared in (onboard, untenanted, by_note):
+
+        def one_by_one(declared: Any = declared) -> list[EnqueueRequest]:
+            return [
+                _request(
+                    declared,
+                    one,
+                    run_id=None,
+                    tenant_id=tenant_id,
+                    delay_ms=5,
+                    run_at_ms=None,
+                    as_actor=None,
+                    trace_context=None,
+                    index=i,
+                )
+                for i, one in enumerate(inputs)
+            ]
+
+        def batch(declared: Any = declared) -> list[EnqueueRequest]:
+            return _requests_many(
+                declared,
+                inputs,
+                tenant_id=tenant_id,
+                delay_ms=5,
+                run_at_ms=None,
+                as_actor=None,
+                trace_context=None,
+            )
+
+        outcomes = []
+        for build in (one_by_one, batch):
+            try:
+                built = build()
+            except XError as exc:
+                outcomes.append(("refused", exc.code, exc.message, exc.meta.get("index")))
+            else:
+                assert all(is_lowercase_uuid(r.id) and is_lowercase_uuid(r.run_id) for r in built)
+                assert len({r.id for r in built} | {r.run_id for r in built}) == 2 * len(built)
+                outcomes.append(
+                    ("built", [dataclasses.replace(r, id="", run_id="") for r in built])
+                )
+        assert outcomes[0] == outcomes[1]

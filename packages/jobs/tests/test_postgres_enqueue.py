@@ -10,6 +10,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest
@@ -194,3 +196,48 @@ async def test_batches_racing_on_overlapping_keys_never_deadlock(
         await other.close()
     [stats] = await pg_driver.stats()
     assert stats.ready == 1500
+
+
+# --- the batch checks answer what the one-by-one checks answer ----------------------------------
+
+_TEXTS = st.sampled_from(["q", "", "a\x00b", "x" * 2100, "ok"])
+_MAYBE = st.one_of(st.none(), _TEXTS, st.just(7))
+_UUIDS = st.one_of(st.builds(new_id), st.sampled_from(["NOT-A-UUID", new_id().upper(), 5]))
+_PAYLOADS = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.text(max_size=3), st.floats(), st.just((1,))
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.text(max_size=2), st.integers()), inner, max_size=3),
+    ),
+    max_leaves=6,
+)
+_REQUESTS = st.builds(
+    EnqueueRequest,
+    id=_UUIDS,
+    run_id=_UUIDS,
+    name=_TEXTS,
+    queue=_TEXTS,
+    payload=_PAYLOADS,
+    idempotency_key=_TEXTS,
+    max_attempts=st.sampled_from([1, 3, 0, True, 2.0]),
+    tenant_id=_MAYBE,
+    concurrency_key=_MAYBE,
+    delay_ms=st.sampled_from([None, 5, 5.0]),
+    run_at_ms=st.sampled_from([None, 1_700_000_000_000, "soon"]),
+)
+
+
+@given(st.lists(_REQUESTS, max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_the_batch_checks_pass_exactly_the_batches_whose_every_request_passes(
+    requests: list[EnqueueRequest],
+) -> None:
+    from ultimat3.jobs.postgres._enqueue import _all_plainly_valid, _flat_plain, _plainly_valid
+    from ultimat3.jobs.postgres._rows import is_plain_json
+
+    assert _all_plainly_valid(requests) == all(_plainly_valid(r) for r in requests)
+    payloads = [r.payload for r in requests]
+    if _flat_plain(payloads):  # the batch's shortcut never passes what the walk would not
+        assert all(is_plain_json(p) for p in payloads)

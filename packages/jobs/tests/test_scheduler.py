@@ -359,3 +359,31 @@ async def test_each_fire_is_a_span_and_its_jobs_carry_the_fires_trace(
         stored = traces[f"minutely@{_iso(_minute(n))}"]
         assert stored is not None
         assert f"{sp.context.trace_id:032x}" in stored["traceparent"]
+
+
+async def test_a_pause_landing_between_the_read_and_the_fire_is_honoured(
+    clock: FrozenClock, driver: MemoryJobDriver
+) -> None:
+    spy = Spy(driver)
+    stale = [True]
+    real = driver.introspect.paused_tasks
+
+    async def paused_tasks() -> list[str]:
+        if stale and stale.pop():
+            return []  # the scheduler's read, just before someone paused the task
+        return await real()
+
+    s = task_scheduler(tasks=[_every_minute()], driver=spy, clock=clock)  # type: ignore[arg-type]
+    await s.tick()  # leads; 12:00 fires
+    await driver.introspect.pause_task("minutely")
+    spy.introspect.paused_tasks = paused_tasks
+    with capture_log_events() as events:
+        await _run(s, clock, 60)  # 12:01 is due: the read says unpaused, the driver refuses
+    assert [e["reason"] for e in events if e["event"] == "jobs.task.skipped"] == ["paused"]
+    assert [f.occurrence_ms for f in await driver.introspect.task_fires()] == [_minute(0)]
+    assert len(await _ticks(driver)) == 1
+    await driver.introspect.resume_task("minutely")
+    with capture_log_events() as events:
+        await _run(s, clock, 10)  # noticed at the next renewal: catch_up='latest' fires 12:01
+    fired = [e["occurrence_ms"] for e in events if e["event"] == "jobs.task.fired"]
+    assert fired == [_minute(1)]

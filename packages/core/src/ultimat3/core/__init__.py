@@ -41,7 +41,7 @@ from ._errors import (
     reset_error_retry,
     retry_classification,
 )
-from ._ids import is_lowercase_uuid, new_id, require_lowercase_uuid, uuid7_at
+from ._ids import is_lowercase_uuid, new_id, new_ids, require_lowercase_uuid, uuid7_at
 from ._jsonform import JsonValue, dumps_json, loads_json, to_json_form
 from ._money import CURRENCY_SCALES, Money
 from ._signal import (
@@ -127,6 +127,7 @@ __all__ = [
     "meter",
     "never_signal",
     "new_id",
+    "new_ids",
     "parse_duration",
     "register_error_retry",
     "require_lowercase_uuid",

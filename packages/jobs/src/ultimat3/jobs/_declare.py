@@ -87,6 +87,7 @@ class Job(Generic[I, R]):
         self.on_settled_timeout_ms: Final = on_settled_timeout_ms
         self.tenant: Final = tenant
         self._adapter = adapter
+        self._list_adapter: TypeAdapter[list[I]] | None = None
         self._key = idempotency_key
         self._concurrency_key = concurrency_key
         self._body = body
@@ -118,6 +119,25 @@ class Job(Generic[I, R]):
     def payload_of(self, value: I) -> Any:
         """The JSON form an input is queued as (what ``parse`` reads back on the worker)."""
         return self._adapter.dump_python(value, mode="json")
+
+    def parse_many(self, raws: Sequence[object]) -> list[I] | None:
+        """``[parse(r) for r in raws]`` in one validation; ``None`` when any input is invalid
+        (``parse`` that one for the refusal naming it)."""
+        try:
+            return self._many().validate_python(raws if type(raws) is list else list(raws))
+        except ValidationError:
+            return None
+
+    def payloads_of(self, values: list[I]) -> list[Any]:
+        """``[payload_of(v) for v in values]`` in one serialisation."""
+        out: list[Any] = self._many().dump_python(values, mode="json")
+        return out
+
+    def _many(self) -> TypeAdapter[list[I]]:
+        many = self._list_adapter
+        if many is None:
+            many = self._list_adapter = TypeAdapter(list[self.input])  # type: ignore[name-defined]
+        return many
 
     def idempotency_key_for(self, input: I | Mapping[str, Any]) -> str:
         """Whatever the declared ``idempotency_key`` answers; ``X_INVARIANT`` for an empty or

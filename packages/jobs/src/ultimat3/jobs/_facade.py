@@ -29,6 +29,7 @@ from ultimat3.core import (
     current_signal,
     installed_adapter,
     new_id,
+    new_ids,
     parse_duration,
     require_lowercase_uuid,
     to_epoch_ms,
@@ -36,7 +37,6 @@ from ultimat3.core import (
 
 from ._compensation import attempts_for
 from ._model import MAX_ENQUEUE_BATCH, EnqueueRequest, EnqueueResult
-from ._spans import EnqueueSpan
 from ._trace_context import enqueue_trace_context
 
 if TYPE_CHECKING:
@@ -59,19 +59,17 @@ async def enqueue_one(
     if run_id is not None:
         run_id = require_lowercase_uuid(run_id, name="run_id")
     delay_ms, run_at_ms = _schedule(job, delay, run_at)
-    with EnqueueSpan(job.name, job.queue, 1) as traced:
-        request = _request(
-            job,
-            input,
-            run_id=run_id,
-            tenant_id=tenant_id,
-            delay_ms=delay_ms,
-            run_at_ms=run_at_ms,
-            as_actor=as_actor,
-            trace_context=traced.context,
-        )
-        traced.sent(request.id)
-        results = await _dispatch([request], single=True)
+    request = _request(
+        job,
+        input,
+        run_id=run_id,
+        tenant_id=tenant_id,
+        delay_ms=delay_ms,
+        run_at_ms=run_at_ms,
+        as_actor=as_actor,
+        trace_context=enqueue_trace_context(),
+    )
+    results = await _dispatch([request], single=True)
     return results[0]
 
 
@@ -105,23 +103,17 @@ async def enqueue_batch(
     if not inputs:
         return []
     delay_ms, run_at_ms = _schedule(job, delay, run_at)
-    with EnqueueSpan(job.name, job.queue, len(inputs)) as traced:
-        trace_context = traced.context  # once per call: every row shares the one dict
-        requests = [
-            _request(
-                job,
-                one,
-                run_id=None,
-                tenant_id=tenant_id,
-                delay_ms=delay_ms,
-                run_at_ms=run_at_ms,
-                as_actor=as_actor,
-                trace_context=trace_context,
-                index=i,
-            )
-            for i, one in enumerate(inputs)
-        ]
-        return await _dispatch(requests, single=False)
+    trace_context = enqueue_trace_context()  # once per call: every row shares the one dict
+    requests = _requests_many(
+        job,
+        inputs,
+        tenant_id=tenant_id,
+        delay_ms=delay_ms,
+        run_at_ms=run_at_ms,
+        as_actor=as_actor,
+        trace_context=trace_context,
+    )
+    return await _dispatch(requests, single=False)
 
 
 async def enqueue_requests(requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
@@ -186,7 +178,9 @@ def _request(
     where = f" (input {index})" if index is not None else ""
     parsed = job.parse(input)
     try:
-        key = job.idempotency_key_for(parsed)
+        key = job._key(parsed)  # parsed already: no second validation
+        if type(key) is not str or not key:
+            key = job.idempotency_key_for(parsed)  # raises, naming the key
         concurrency_key = job.concurrency_key_for(parsed)
     except XError as exc:
         if index is None:
@@ -209,6 +203,89 @@ def _request(
         run_at_ms=run_at_ms,
         trace_context=trace_context,
     )
+
+
+def _requests_many(
+    job: Job[Any, Any],
+    inputs: Sequence[object],
+    *,
+    tenant_id: str | None,
+    delay_ms: int | None,
+    run_at_ms: int | None,
+    as_actor: tuple[Actor | None] | None,
+    trace_context: dict[str, str] | None,
+) -> list[EnqueueRequest]:
+    """``[_request(job, input, index=i, ...) for i, input in enumerate(inputs)]`` in a few calls:
+    one validation and one serialisation of the whole list, one id allocation. When any input
+    fails a check, the inputs go through ``_request`` one by one, so the refusal is the one (and
+    names the index) that path raises."""
+    fast = _fast_requests(job, inputs, tenant_id=tenant_id, as_actor=as_actor)
+    if fast is None:
+        return [
+            _request(
+                job,
+                one,
+                run_id=None,
+                tenant_id=tenant_id,
+                delay_ms=delay_ms,
+                run_at_ms=run_at_ms,
+                as_actor=as_actor,
+                trace_context=trace_context,
+                index=i,
+            )
+            for i, one in enumerate(inputs)
+        ]
+    payloads, keys, tenants = fast
+    ids = new_ids(2 * len(payloads))
+    name, queue, attempts = job.name, job.queue, attempts_for(job)
+    return [
+        EnqueueRequest(
+            ids[2 * i],
+            ids[2 * i + 1],
+            name,
+            queue,
+            payloads[i],
+            keys[i],
+            attempts,
+            tenants[i],
+            None,
+            delay_ms,
+            run_at_ms,
+            trace_context,
+        )
+        for i in range(len(payloads))
+    ]
+
+
+def _fast_requests(
+    job: Job[Any, Any],
+    inputs: Sequence[object],
+    *,
+    tenant_id: str | None,
+    as_actor: tuple[Actor | None] | None,
+) -> tuple[list[Any], list[str], list[str | None]] | None:
+    """Payloads, idempotency keys and tenants of every input, or ``None`` when any check fails
+    (or the job has a keyed concurrency cap: its keys take the one-by-one path)."""
+    if job._concurrency_key is not None:
+        return None
+    parsed = job.parse_many(inputs)
+    if parsed is None:
+        return None
+    try:
+        key_of = job._key
+        keys = [key_of(p) for p in parsed]
+        if not all(type(k) is str and k for k in keys):
+            return None
+        if job.tenant == "none":  # the row's tenant does not depend on the input
+            tenant = _tenant(job, None, tenant_id=tenant_id, as_actor=as_actor, where="")
+            tenants: list[str | None] = [tenant] * len(parsed)
+        else:
+            tenants = [
+                _tenant(job, p, tenant_id=tenant_id, as_actor=as_actor, where="") for p in parsed
+            ]
+    except Exception:
+        return None
+    return job.payloads_of(parsed), keys, tenants
 
 
 def _mismatch(job: Job[Any, Any], declared: str, other: str, source: str, where: str) -> XError:

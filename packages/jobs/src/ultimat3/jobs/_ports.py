@@ -235,10 +235,10 @@ class TaskFirer(Protocol):
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:
-        """When ``occurrence_ms`` is later than the task's recorded fire: record it and queue
-        ``requests`` (deduped as ``enqueue_many`` dedupes); answers ``True``. Otherwise nothing
-        is queued or recorded; answers ``False``. Every request is checked before anything
-        moves."""
+        """When ``occurrence_ms`` is later than the task's recorded fire and the task is not
+        paused: record it and queue ``requests`` (deduped as ``enqueue_many`` dedupes); answers
+        ``True``. Otherwise nothing is queued or recorded; answers ``False``. Every request is
+        checked before anything moves."""
         ...
 
 

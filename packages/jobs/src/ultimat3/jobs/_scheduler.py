@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from ultimat3.core import (
     Clock,
@@ -53,6 +53,9 @@ LATE_MS: Final = 60_000
 (at most one lease) never costs a fire."""
 RETRY_MS: Final = 5_000
 """A fire the driver could not take is tried again this much later."""
+
+
+FireOutcome = Literal["fired", "done", "paused", "retry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,17 +303,24 @@ class TaskScheduler:
                 occurrence_ms=max(o for o in due if o not in fire),
             )
         for occurrence in fire:
-            if not await self._fire(t, occurrence, late=occurrence not in on_time):
+            outcome = await self._fire(t, occurrence, late=occurrence not in on_time)
+            if outcome == "retry":
                 self._look_at[name] = now + RETRY_MS
+                return
+            if outcome == "paused":  # paused since the read above: the driver refused it
+                self._paused.add(name)
+                self._paused_through[name] = due[-1]
+                self._look_at[name] = next_after(t.cron, t.zone, now)
                 return
         if due:
             self._watermark[name] = max(self._watermark[name], due[-1])
         self._look_at[name] = next_after(t.cron, t.zone, max(now, self._watermark[name]))
 
-    async def _fire(self, t: Task, occurrence: int, *, late: bool) -> bool:
-        """One occurrence, one driver operation. ``False``: the driver could not take it (tried
-        again later); a refusal of the task's own jobs is logged and the occurrence skipped."""
-        _, _, firer, _ = self._parts()
+    async def _fire(self, t: Task, occurrence: int, *, late: bool) -> FireOutcome:
+        """One occurrence, one driver operation: ``'fired'``; ``'done'`` (fired before, or its
+        jobs refused: logged, the occurrence skipped); ``'paused'``; ``'retry'`` (the driver
+        could not take it: tried again later)."""
+        _, _, firer, intro = self._parts()
         attributes: dict[str, str | int | bool] = {
             "x.task": t.name,
             "x.task.occurrence_ms": occurrence,
@@ -330,7 +340,7 @@ class TaskScheduler:
                     code=exc.code,
                     error=exc.message,
                 )
-                return True
+                return "done"
             try:
                 fired = await firer.fire_task(t.name, occurrence, requests)
             except Exception as exc:
@@ -345,9 +355,16 @@ class TaskScheduler:
                     error=repr(exc),
                     retry_in_ms=RETRY_MS,
                 )
-                return False
-            span.set_attribute("x.task.outcome", "fired" if fired else "already-fired")
-            span.set_attribute("x.task.jobs", len(requests))
+                return "retry"
+            # a refusal is a fire already made, or a pause that landed since the read: ask which
+            paused = not fired and t.name in await intro.paused_tasks()
+            outcome = "fired" if fired else "paused" if paused else "already-fired"
+            span.set_attribute("x.task.outcome", outcome)
+            span.set_attribute("x.task.jobs", len(requests) if fired else 0)
+        if paused:
+            self._skipped += 1
+            log_event("jobs.task.skipped", task=t.name, reason="paused", occurrence_ms=occurrence)
+            return "paused"
         self._watermark[t.name] = max(self._watermark[t.name], occurrence)
         if fired:
             self._fired += 1
@@ -363,7 +380,7 @@ class TaskScheduler:
             log_event(
                 "jobs.task.skipped", task=t.name, reason="already-fired", occurrence_ms=occurrence
             )
-        return True
+        return "fired" if fired else "done"
 
 
 def task_scheduler(

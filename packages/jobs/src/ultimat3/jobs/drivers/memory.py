@@ -519,10 +519,13 @@ class MemoryJobDriver:
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:
         """The watermark and the occurrence's jobs in one step (no await between them): every
-        request is checked first, then the jobs queue only if the watermark moved."""
+        request is checked first, then the jobs queue only if the watermark moved (never for a
+        paused task)."""
         if not task:
             raise XError("X_INVARIANT", "fire_task: the task name is empty", fix="name it")
         prepared = [self._prepare(req) for req in requests]
+        if task in self._s.paused_tasks:
+            return False
         last = self._s.task_fires.get(task)
         if last is not None and occurrence_ms <= last[0]:
             return False

@@ -282,6 +282,10 @@ class OperateConformance(ConformanceBase):
             raise AssertionError("a request with max_attempts 0 was fired")
         assert await self.counts(driver, q) == {"ready": 3}, "checked before anything moved"
         assert {f.task: f for f in await intro.task_fires()}[task].occurrence_ms == 60_000
+        await intro.pause_task(task)
+        assert not await driver.fire_task(task, 120_000, again), "a paused task never fires"
+        assert await self.counts(driver, q) == {"ready": 3}
+        await intro.resume_task(task)
         assert await driver.fire_task(task, 120_000, again)
         assert await self.counts(driver, q) == {"ready": 4}
 

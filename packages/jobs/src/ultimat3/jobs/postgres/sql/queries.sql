@@ -893,38 +893,19 @@ ON CONFLICT (task) DO UPDATE SET
     fired_at = excluded.fired_at
 WHERE f.occurrence_ms < excluded.occurrence_ms
 
--- name: register_worker
-INSERT INTO {x_workers} AS w
-    (id, host, started_at, queues, slots, visibility_timeout_ms, in_flight, last_heartbeat_at)
-VALUES (%(id)s, %(host)s, now(), %(queues)s::text[], %(slots)s, %(visibility_timeout_ms)s,
-        ARRAY[]::text[], now())
-ON CONFLICT (id) DO UPDATE SET
-    host = excluded.host,
-    started_at = excluded.started_at,
-    queues = excluded.queues,
-    slots = excluded.slots,
-    visibility_timeout_ms = excluded.visibility_timeout_ms,
-    in_flight = excluded.in_flight,
-    last_heartbeat_at = excluded.last_heartbeat_at
-RETURNING w.id, w.host, w.started_at, w.queues, w.slots, w.in_flight, w.last_heartbeat_at
-
--- name: worker_heartbeat
-UPDATE {x_workers} AS w SET
-    last_heartbeat_at = now(),
-    in_flight = %(in_flight)s::text[]
-WHERE w.id = %(id)s
-
 -- name: fire_task
 -- One occurrence of a task in ONE statement: the watermark moves (x_task_fires_pkey) only when
 -- %(occurrence_ms)s is later than the recorded one, and the occurrence's jobs are inserted only
--- when it moved. A crash leaves both or neither; a second fire of the occurrence (a stale leader)
--- inserts nothing, and a racing one waits on the upsert's row lock, then finds it moved. The
--- jobs are enqueue_many's (the same input fragment, columns and ON CONFLICT DO NOTHING on the
--- live key and the id; duplicates inside the batch were folded in Python first).
+-- when it moved; a paused task (x_paused_tasks_pkey) moves nothing. A crash leaves both or
+-- neither; a second fire of the occurrence (a stale leader) inserts nothing, and a racing one
+-- waits on the upsert's row lock, then finds it moved. The jobs are enqueue_many's (the same
+-- input fragment, columns and ON CONFLICT DO NOTHING on the live key and the id; duplicates
+-- inside the batch were folded in Python first).
 WITH {enqueue_many_input},
 fired AS (
     INSERT INTO {x_task_fires} AS f (task, occurrence_ms, fired_at)
-    VALUES (%(task)s, %(occurrence_ms)s, now())
+    SELECT %(task)s, %(occurrence_ms)s, now()
+    WHERE NOT EXISTS (SELECT 1 FROM {x_paused_tasks} p WHERE p.task = %(task)s)
     ON CONFLICT (task) DO UPDATE SET
         occurrence_ms = excluded.occurrence_ms,
         fired_at = excluded.fired_at
@@ -950,6 +931,27 @@ woken AS (
     FROM (SELECT DISTINCT i.queue FROM inserted i WHERE i.state = 'ready') q
 )
 SELECT (SELECT count(*) FROM fired), (SELECT count(*) FROM inserted), (SELECT count(*) FROM woken)
+
+-- name: register_worker
+INSERT INTO {x_workers} AS w
+    (id, host, started_at, queues, slots, visibility_timeout_ms, in_flight, last_heartbeat_at)
+VALUES (%(id)s, %(host)s, now(), %(queues)s::text[], %(slots)s, %(visibility_timeout_ms)s,
+        ARRAY[]::text[], now())
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host,
+    started_at = excluded.started_at,
+    queues = excluded.queues,
+    slots = excluded.slots,
+    visibility_timeout_ms = excluded.visibility_timeout_ms,
+    in_flight = excluded.in_flight,
+    last_heartbeat_at = excluded.last_heartbeat_at
+RETURNING w.id, w.host, w.started_at, w.queues, w.slots, w.in_flight, w.last_heartbeat_at
+
+-- name: worker_heartbeat
+UPDATE {x_workers} AS w SET
+    last_heartbeat_at = now(),
+    in_flight = %(in_flight)s::text[]
+WHERE w.id = %(id)s
 
 -- name: deregister_worker
 DELETE FROM {x_workers} AS w WHERE w.id = %(id)s
