@@ -387,3 +387,26 @@ async def test_a_pause_landing_between_the_read_and_the_fire_is_honoured(
         await _run(s, clock, 10)  # noticed at the next renewal: catch_up='latest' fires 12:01
     fired = [e["occurrence_ms"] for e in events if e["event"] == "jobs.task.fired"]
     assert fired == [_minute(1)]
+
+
+async def test_a_failed_read_at_the_lead_leaves_a_standby_that_asks_again(
+    clock: FrozenClock, driver: MemoryJobDriver
+) -> None:
+    spy = Spy(driver)
+    real = driver.introspect.task_fires
+    failures = [XError("X_DRIVER_UNAVAILABLE", "the store blinked")]
+
+    async def task_fires() -> Any:
+        if failures:
+            raise failures.pop()
+        return await real()
+
+    spy.introspect.task_fires = task_fires
+    s = task_scheduler(tasks=[_every_minute()], driver=spy, clock=clock)  # type: ignore[arg-type]
+    with pytest.raises(XError):
+        await s.tick()
+    assert not s.leading
+    clock.advance("1s")
+    await s.tick()  # the same holder gets its slot back and leads
+    assert s.leading
+    assert [f.occurrence_ms for f in await driver.introspect.task_fires()] == [_minute(0)]

@@ -214,14 +214,16 @@ class TaskScheduler:
                     leader=held[0].holder if held else None,
                 )
             return False
+        # the watermarks first: a read that fails leaves this scheduler a standby (the next
+        # tick asks again, and a holder asking again gets its own slot back)
+        fires = {f.task: f.occurrence_ms for f in await intro.task_fires()}
+        self._paused = set(await intro.paused_tasks()) & {t.name for t in self.tasks}
+        self._paused_through.clear()
         self._slot = grant.slot
         self._standby_logged = False
         self._renew_at = now + self._renew_ms
         self._expires_at = now + self._lease_ms
         self._leads += 1
-        fires = {f.task: f.occurrence_ms for f in await intro.task_fires()}
-        self._paused = set(await intro.paused_tasks()) & {t.name for t in self.tasks}
-        self._paused_through.clear()
         armed_from = now - LATE_MS
         for t in self.tasks:
             self._watermark[t.name] = fires.get(t.name, armed_from)
