@@ -405,3 +405,36 @@ async def test_a_row_the_claim_buries_counts_once_as_dead_on_jobs_total(
     assert await worker.run_pass() == 0, "buried, never handed out"
     assert worker.stats().dead_lettered == 1
     assert otel.points("jobs_total") == {(("outcome", "dead"), ("queue", "bq")): 1}
+
+
+async def test_an_unwind_gives_each_compensation_its_own_step_span(
+    engine: Engine, otel: Otel
+) -> None:
+    undone: list[str] = []
+
+    async def body(input: Order, step: Any, ctx: Any) -> None:
+        await step.run("charge", lambda s: "ch_1", compensate=lambda out, s: undone.append(out))
+        await step.run("ship", lambda s: (_ for _ in ()).throw(XError("X_INVARIANT", "no stock")))
+
+    checkout = job(
+        input=Order,
+        idempotency_key=lambda i: f"c:{i.n}",
+        name="obs.saga",
+        queue="cq",
+        compensates=True,
+        retry=Retry(attempts=1),
+        run=body,
+    )
+    await checkout.enqueue({"n": 1})
+    await engine.harness([checkout]).drain()
+    assert undone == ["ch_1"]
+    kinds = {
+        s.name: (attrs(s)["ultimat3.step.kind"], attrs(s)["ultimat3.step.replayed"])
+        for s in otel.spans()
+        if s.name.startswith("step ")
+    }
+    assert kinds["step compensate:charge"] == ("compensate", False)
+    runs = otel.spans("job obs.saga")
+    [comp] = otel.spans("step compensate:charge")
+    assert comp.parent is not None
+    assert comp.parent.span_id in {r.context.span_id for r in runs}

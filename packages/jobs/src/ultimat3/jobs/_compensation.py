@@ -13,14 +13,16 @@ skipping the compensators already recorded. The row carries ``UNWIND_MARGIN`` at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from ultimat3.core import Signal, XError, any_signal, to_json_form, tracer
+from ultimat3.core import Signal, XError, any_signal, to_json_form
 
 from ._model import ClaimedJob, StepRecord
+from ._spans import step_span, step_spans_on
 from ._steps import (
     COMPENSATE_PREFIX,
     RESERVED_STEP,
@@ -136,10 +138,12 @@ async def unwind(
 async def _compensate(state: RunState, comp: Compensator, name: str) -> Any:
     ceiling = step_ceiling(state, name)
     signal = any_signal(state.signal, ceiling) if ceiling is not None else state.signal
-    with tracer().start_as_current_span(
-        f"step {name}",
-        attributes={"ultimat3.job": state.job.name, "ultimat3.job_id": state.claimed.id},
-    ):
+    traced = (
+        step_span(state.job.name, state.claimed.id, name, kind="compensate", replayed=False)
+        if step_spans_on()
+        else contextlib.nullcontext()
+    )
+    with traced:
         try:
             await state.notice("call", name)
             result = await _race(_bound(comp.fn, comp.output), signal, ceiling)
