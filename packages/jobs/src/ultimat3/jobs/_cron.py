@@ -20,10 +20,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from functools import cache
+from typing import Any, Final
 from zoneinfo import ZoneInfo
-
-from croniter import croniter  # type: ignore[import-untyped,unused-ignore]
 
 DST_REACH: Final = timedelta(hours=3)
 """The widest a zone's UTC offset moves at one transition (real zones: at most 2 h): how far
@@ -33,12 +32,22 @@ _MS = timedelta(milliseconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def parse_cron(expression: str) -> croniter:
+@cache
+def _croniter() -> Any:
+    """croniter, imported at first use: it costs ~0.4 s, and ``import ultimat3.jobs`` should not
+    pay it in a process that declares no task."""
+    from croniter import croniter
+
+    return croniter
+
+
+def parse_cron(expression: str) -> Any:
     """A croniter over ``expression`` (five fields, or an alias such as ``@daily``); croniter's
     own error for anything else (the declaration turns it into a refusal)."""
-    return croniter(expression, datetime(2000, 1, 1))
+    return _croniter()(expression, datetime(2000, 1, 1))
 
 
+@cache
 def hour_is_wild(expression: str) -> bool:
     """Whether the hour field is ``*``: an every-hour schedule fires in both repeated hours."""
     expanded = parse_cron(expression).expanded
@@ -71,7 +80,7 @@ def occurrences(expression: str, zone: ZoneInfo, after_ms: int) -> Iterator[int]
     both_folds = hour_is_wild(expression)
     local = (_EPOCH + after_ms * _MS).astimezone(zone).replace(tzinfo=None)
     start = local - DST_REACH if _unsteady(zone, after_ms) else local
-    walls = croniter(expression, start)
+    walls = _croniter()(expression, start)
     pending: list[int] = []
     last = after_ms
     while True:
