@@ -37,6 +37,7 @@ from ultimat3.core import (
 
 from ._compensation import attempts_for
 from ._model import MAX_ENQUEUE_BATCH, EnqueueRequest, EnqueueResult
+from ._spans import enqueue_span
 from ._trace_context import enqueue_trace_context
 
 if TYPE_CHECKING:
@@ -59,17 +60,19 @@ async def enqueue_one(
     if run_id is not None:
         run_id = require_lowercase_uuid(run_id, name="run_id")
     delay_ms, run_at_ms = _schedule(job, delay, run_at)
-    request = _request(
-        job,
-        input,
-        run_id=run_id,
-        tenant_id=tenant_id,
-        delay_ms=delay_ms,
-        run_at_ms=run_at_ms,
-        as_actor=as_actor,
-        trace_context=enqueue_trace_context(),
-    )
-    results = await _dispatch([request], single=True)
+    with enqueue_span(job.name, job.queue, 1) as traced:
+        request = _request(
+            job,
+            input,
+            run_id=run_id,
+            tenant_id=tenant_id,
+            delay_ms=delay_ms,
+            run_at_ms=run_at_ms,
+            as_actor=as_actor,
+            trace_context=traced.context,
+        )
+        traced.sent(request.id)
+        results = await _dispatch([request], single=True)
     return results[0]
 
 
@@ -103,17 +106,18 @@ async def enqueue_batch(
     if not inputs:
         return []
     delay_ms, run_at_ms = _schedule(job, delay, run_at)
-    trace_context = enqueue_trace_context()  # once per call: every row shares the one dict
-    requests = _requests_many(
-        job,
-        inputs,
-        tenant_id=tenant_id,
-        delay_ms=delay_ms,
-        run_at_ms=run_at_ms,
-        as_actor=as_actor,
-        trace_context=trace_context,
-    )
-    return await _dispatch(requests, single=False)
+    with enqueue_span(job.name, job.queue, len(inputs)) as traced:
+        trace_context = traced.context  # once per call: every row shares the one dict
+        requests = _requests_many(
+            job,
+            inputs,
+            tenant_id=tenant_id,
+            delay_ms=delay_ms,
+            run_at_ms=run_at_ms,
+            as_actor=as_actor,
+            trace_context=trace_context,
+        )
+        return await _dispatch(requests, single=False)
 
 
 async def enqueue_requests(requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:

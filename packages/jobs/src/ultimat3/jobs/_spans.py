@@ -118,17 +118,18 @@ class EnqueueSpan:
 
     __slots__ = ("_count", "_name", "_open", "_queue", "context", "span")
 
-    def __init__(self, name: str, queue: str, count: int) -> None:
+    def __init__(
+        self, name: str, queue: str, count: int, *, context: dict[str, str] | None = None
+    ) -> None:
         self._name = name
         self._queue = queue
         self._count = count
         self._open: Any = None
-        self.context: dict[str, str] | None = None
+        self.context = context
         self.span: otel_trace.Span | None = None
 
     def __enter__(self) -> EnqueueSpan:
-        if not otel_trace.get_current_span().is_recording():
-            self.context = enqueue_trace_context()
+        if self._open is _UNTRACED:  # made by enqueue_span() with no recording span current
             return self
         attributes: dict[str, Any] = {
             "messaging.system": MESSAGING_SYSTEM,
@@ -154,5 +155,31 @@ class EnqueueSpan:
             self.span.set_attribute("messaging.message.id", job_id)
 
     def __exit__(self, *exc: Any) -> None:
-        if self._open is not None:
+        if self._open is not None and self._open is not _UNTRACED:
             self._open.__exit__(*exc)
+
+
+_UNTRACED: Final[Any] = object()
+
+
+def _untraced(context: dict[str, str] | None) -> EnqueueSpan:
+    made = EnqueueSpan("", "", 0, context=context)
+    made._open = _UNTRACED
+    return made
+
+
+_NO_TRACE: Final = _untraced(None)
+"""Shared by every enqueue made with no span current: nothing to store, nothing to end."""
+
+
+def enqueue_span(name: str, queue: str, count: int) -> EnqueueSpan:
+    """The ``EnqueueSpan`` of one enqueue call. With no span current it is a shared constant
+    (one context lookup, nothing allocated); under a valid but non-recording span (a remote or
+    sampled-out parent) it carries that span's context; under a recording one it opens the
+    PRODUCER span when entered."""
+    current = otel_trace.get_current_span()
+    if current.is_recording():
+        return EnqueueSpan(name, queue, count)
+    if not current.get_span_context().is_valid:
+        return _NO_TRACE
+    return _untraced(enqueue_trace_context())
