@@ -586,21 +586,6 @@ class RedisJobDriver:
             )
         return bool(await self._r.run("task_fire", task, occurrence_ms, op="record a task fire"))
 
-    async def purge(
-        self,
-        *,
-        done_older_than_ms: int = DONE_RETENTION_MS,
-        dead_older_than_ms: int = DEAD_RETENTION_MS,
-    ) -> int:
-        """Delete ``done`` rows finished more than ``done_older_than_ms`` ago and ``failed`` /
-        ``dead`` / ``cancelled`` ones past ``dead_older_than_ms`` (with their steps), 1,000 rows a
-        script run so the server is never held long; then drop expired workers and counter
-        buckets. Answers how many jobs were deleted."""
-        for value, what in ((done_older_than_ms, "done_older_than_ms"),
-                            (dead_older_than_ms, "dead_older_than_ms")):  # fmt: skip
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise XError(
-                    "X_INVARIANT",
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:
@@ -619,6 +604,21 @@ class RedisJobDriver:
             args.extend(self._prepare(req))
         return bool(await self._r.run("fire_task", *args, op="fire a task"))
 
+    async def purge(
+        self,
+        *,
+        done_older_than_ms: int = DONE_RETENTION_MS,
+        dead_older_than_ms: int = DEAD_RETENTION_MS,
+    ) -> int:
+        """Delete ``done`` rows finished more than ``done_older_than_ms`` ago and ``failed`` /
+        ``dead`` / ``cancelled`` ones past ``dead_older_than_ms`` (with their steps), 1,000 rows a
+        script run so the server is never held long; then drop expired workers and counter
+        buckets. Answers how many jobs were deleted."""
+        for value, what in ((done_older_than_ms, "done_older_than_ms"),
+                            (dead_older_than_ms, "dead_older_than_ms")):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise XError(
+                    "X_INVARIANT",
                     f"purge: {what} {value!r} is not a whole number of milliseconds >= 0",
                     fix=f"pass {what}=86400000 (a day) or another int",
                 )

@@ -499,22 +499,6 @@ class PostgresJobDriver:
         )
         return n > 0
 
-    async def purge(
-        self,
-        *,
-        done_older_than_ms: int | None = None,
-        dead_older_than_ms: int | None = None,
-    ) -> int:
-        """Delete ``done`` rows finished 14 days ago and ``failed`` / ``dead`` / ``cancelled``
-        ones 90 days ago (with their steps), in batches; drop expired workers, lease slots and
-        counter buckets. Answers how many jobs were deleted. Run it hourly."""
-        return await purge(
-            self._db, done_older_than_ms=done_older_than_ms, dead_older_than_ms=dead_older_than_ms
-        )
-
-
-def postgres_job_driver(
-    dsn_or_pool: str | Pool,
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:
@@ -547,6 +531,22 @@ def postgres_job_driver(
         )
         return row is not None and int(row[0]) > 0
 
+    async def purge(
+        self,
+        *,
+        done_older_than_ms: int | None = None,
+        dead_older_than_ms: int | None = None,
+    ) -> int:
+        """Delete ``done`` rows finished 14 days ago and ``failed`` / ``dead`` / ``cancelled``
+        ones 90 days ago (with their steps), in batches; drop expired workers, lease slots and
+        counter buckets. Answers how many jobs were deleted. Run it hourly."""
+        return await purge(
+            self._db, done_older_than_ms=done_older_than_ms, dead_older_than_ms=dead_older_than_ms
+        )
+
+
+def postgres_job_driver(
+    dsn_or_pool: str | Pool,
     *,
     schema: str | None = None,
     min_size: int = 1,
