@@ -1153,8 +1153,6 @@ SELECT p.id::text, (SELECT count(*) FROM woken), (SELECT count(*) FROM announced
        pg_notify({channel}, {event_note} || p.id::text)
 FROM published p
 
--- name: event_marker
--- A position on the bus: the current snapshot. An event is "after" it when its transaction is
 -- name: wake_published
 -- A LISTEN session heard event %(id)s committed: make the runs suspended on it due now (they
 -- suspended after its publish statement), announcing their queues. Every worker hears it; a
@@ -1173,6 +1171,8 @@ announced AS (
 )
 SELECT (SELECT count(*) FROM woken), (SELECT count(*) FROM announced)
 
+-- name: event_marker
+-- A position on the bus: the current snapshot. An event is "after" it when its transaction is
 -- one this snapshot cannot see (committed later, or still in flight when the marker was taken).
 SELECT pg_current_snapshot()::text
 
