@@ -438,3 +438,34 @@ async def test_an_unwind_gives_each_compensation_its_own_step_span(
     [comp] = otel.spans("step compensate:charge")
     assert comp.parent is not None
     assert comp.parent.span_id in {r.context.span_id for r in runs}
+
+
+async def test_a_failing_sample_is_logged_once_per_streak_and_leaves_a_gap() -> None:
+    from ultimat3.jobs.drivers.memory import memory_job_driver
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.inner = memory_job_driver()
+            self.down = True
+
+        async def sample_queues(self, queues: Any) -> Any:
+            if self.down:
+                raise XError("X_DRIVER_UNAVAILABLE", "the store is down")
+            return await self.inner.sample_queues(queues)
+
+    driver = Flaky()
+    sampler = _sampler.DepthSampler(interval_ms=50)
+    with capture_log_events() as events:
+        await sampler.sample(driver, ["q"])
+        await sampler.sample(driver, ["q"])
+        assert sampler.fresh() == ()
+        driver.down = False
+        await sampler.sample(driver, ["q"])
+        assert [(s.queue, s.depth) for s in sampler.fresh()] == [("q", 0)]
+        driver.down = True
+        await sampler.sample(driver, ["q"])
+    failed = [e for e in events if e["event"] == "jobs.sample.failed"]
+    assert [e["level"] for e in failed] == ["warning", "warning"], "one per failing streak"
+    assert "the store is down" in failed[0]["error"]
+    await asyncio.sleep(0.2)  # past three intervals: the last good sample is no longer reported
+    assert sampler.fresh() == ()
