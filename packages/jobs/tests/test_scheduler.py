@@ -410,3 +410,32 @@ async def test_a_failed_read_at_the_lead_leaves_a_standby_that_asks_again(
     await s.tick()  # the same holder gets its slot back and leads
     assert s.leading
     assert [f.occurrence_ms for f in await driver.introspect.task_fires()] == [_minute(0)]
+
+
+@pytest.mark.parametrize(
+    ("cron", "tz", "start", "fires_utc"),
+    [
+        # spring forward in Berlin: 02:30 does not exist; it fires once, at 03:30 CEST
+        ("30 2 * * *", "Europe/Berlin", "2026-03-29T00:00:00Z", ["2026-03-29T01:30:00+00:00"]),
+        # fall back in New York: 01:30 happens twice; it fires once, at the first (EDT)
+        ("30 1 * * *", "America/New_York", "2026-11-01T04:00:00Z", ["2026-11-01T05:30:00+00:00"]),
+        # an hourly schedule fires in both repeated hours
+        (
+            "30 * * * *",
+            "America/New_York",
+            "2026-11-01T04:00:00Z",
+            [f"2026-11-01T0{h}:30:00+00:00" for h in (4, 5, 6, 7)],
+        ),
+    ],
+)
+async def test_the_scheduler_fires_once_through_a_dst_change(
+    cron: str, tz: str, start: str, fires_utc: list[str]
+) -> None:
+    clock = FrozenClock(start)
+    driver = memory_job_driver(clock=clock)
+    t = task(name="dst", cron=cron, tz=tz, enqueue=lambda at: (on_tick, {"at": at.at.isoformat()}))
+    s = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    with capture_log_events() as events:
+        await _run(s, clock, 4 * 3600)
+    fired = [e["occurrence_ms"] for e in events if e["event"] == "jobs.task.fired"]
+    assert [_iso(ms) for ms in fired] == fires_utc
