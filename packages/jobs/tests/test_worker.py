@@ -188,6 +188,28 @@ async def test_no_queue_starves_the_next_pass_starts_after_the_last_served(
     gate.set()
 
 
+async def test_an_idle_worker_woken_for_a_queue_claims_that_queue_first(
+    driver: EngineDriver,
+) -> None:
+    """The pickup: the job the wake announced is claimed (and started) by the pass's first
+    claim, not after a round trip to each empty queue ahead of it in the rotation. A worker
+    holding runs keeps its rotation (no queue starves)."""
+    gate.clear()
+    jobs = {q: _job(q, blocking=True) for q in ("a", "b", "c")}
+    await jobs["c"].enqueue_many([{"n": i} for i in range(3)])
+    spy = ClaimSpy(driver)
+    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=2, handle_signals=False)  # type: ignore[arg-type]
+    w.wake("c")
+    assert await w.run_pass() == 1
+    assert spy.claims[0] == (("c",), 1)
+    w.wake("a")  # a run is held: the rotation goes on after c
+    spy.claims.clear()
+    assert await w.run_pass() == 1
+    assert [q for (q,), _ in spy.claims] == ["a", "b", "c"]
+    gate.set()
+    await w.wait_idle()
+
+
 async def test_without_a_cap_one_claim_covers_every_queue(driver: EngineDriver) -> None:
     jobs = await _fill({"a": 2, "b": 2})
     spy = ClaimSpy(driver)

@@ -334,7 +334,10 @@ class JobWorker:
 
     def wake(self, queue: str | None = None) -> None:
         """Pass at once: the driver's wake calls it with the queue that has a job due (``'*'``:
-        any); a run ending under the cap too."""
+        any); a run ending under the cap too. A worker holding no run starts its next capped pass
+        at that queue (not behind a claim of each empty queue before it in the rotation)."""
+        if queue is not None and not self._runs and queue in self.queues:
+            self._next_queue = self.queues.index(queue)
         self._poke()
 
     def _poke(self) -> None:
