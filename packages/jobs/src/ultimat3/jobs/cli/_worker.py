@@ -54,6 +54,19 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="at most N runs at once in this process (default: no process cap)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the OpenTelemetry metrics in Prometheus format on http://HOST:PORT/metrics "
+        '(needs pip install "ultimat3-jobs[prometheus]"; 0 picks a free port)',
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port listens on (127.0.0.1; 0.0.0.0 for every interface)",
+    )
 
 
 def load_jobs(spec: str) -> list[Any]:
@@ -149,11 +162,32 @@ async def serve(
 
 
 async def cmd_worker(inv: Invocation) -> Answer:
-    from ultimat3.jobs import job_worker  # the engine loads only when a worker runs
-
     a = inv.args
     jobs = load_jobs(a.app)
     queues = parse_queues(a.queues)
+    endpoint = None
+    if a.metrics_port is not None:
+        from ._metrics import serve_metrics
+
+        endpoint = serve_metrics(a.metrics_host, a.metrics_port)
+        inv.progress(f"x worker: metrics on {endpoint.url}")
+        if not endpoint.own_provider:
+            inv.progress(
+                "x worker: the app installed its own OpenTelemetry MeterProvider: /metrics "
+                "serves prometheus_client's default registry (the jobs metrics are there only "
+                "when that provider has a PrometheusMetricReader)"
+            )
+    try:
+        return await _run_worker(inv, jobs, queues)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+
+
+async def _run_worker(inv: Invocation, jobs: list[Any], queues: list[str] | None) -> Answer:
+    from ultimat3.jobs import job_worker  # the engine loads only when a worker runs
+
+    a = inv.args
     driver = await inv.driver()
     with swap_adapter(JOB_DRIVER, driver):  # what an enqueue inside a body resolves
         worker = job_worker(
