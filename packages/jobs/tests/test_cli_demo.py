@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from ultimat3.core import XError
-from ultimat3.jobs._demo_run import reset_schema
+from ultimat3.jobs._demo_run import IDLE_PROBES, reset_schema
 from ultimat3.jobs.cli import main, main_async
 from ultimat3.jobs.cli._demo import ProgressBar, render_text
 from ultimat3.jobs.postgres import migrate
@@ -130,12 +130,20 @@ def test_the_sleep_is_driven_to_completion_after_its_duration(summary: dict[str,
     assert sleep["step_executions"] == {"start-trial": 1, "sleep:1": 1, "send-reminder": 1}
 
 
-def test_throughput_and_pickup_are_measured_for_every_job(summary: dict[str, Any]) -> None:
-    assert summary["throughput"]["jobs"] == 298
+def test_throughput_queue_wait_and_idle_pickup_are_measured_for_every_job(
+    summary: dict[str, Any],
+) -> None:
+    assert summary["throughput"]["jobs"] == 298 - IDLE_PROBES  # the bulk
     assert summary["throughput"]["jobs_per_second"] > 0
-    pickup = summary["pickup_ms"]
-    assert pickup["measured"] == 300
-    assert 0 <= pickup["p50"] <= pickup["p90"] <= pickup["p99"] <= pickup["max"]
+    waited = summary["queue_wait_ms"]
+    assert waited["measured"] == 300 - IDLE_PROBES  # the bulk, the sleep, the dead letter
+    assert 0 <= waited["p50"] <= waited["p90"] <= waited["p99"] <= waited["max"]
+    pickup = summary["pickup_ms"]  # receipts enqueued one at a time onto the idle worker
+    assert pickup["measured"] == IDLE_PROBES
+    assert pickup["gap_ms"] == 300
+    assert 0 < pickup["p50"] <= pickup["max"]
+    # an idle worker's pickup is the wake and one claim, not a place behind the backlog
+    assert pickup["p50"] < waited["p50"]
     assert summary["enqueue"]["calls"] >= 300 // 50
 
 
@@ -168,8 +176,18 @@ def test_where_to_look_is_a_command_that_shows_the_demo_s_jobs(
 def test_the_text_summary_names_every_part_of_the_workload(summary: dict[str, Any]) -> None:
     text = render_text(summary)
     assert text.startswith("x demo: 300 jobs on PostgreSQL ")
-    for label in ("throughput", "pickup", "every job", "retries", "replay", "dedupe", "sleep"):
+    for label in (
+        "throughput",
+        "queue wait",
+        "pickup",
+        "every job",
+        "retries",
+        "replay",
+        "dedupe",
+        "sleep",
+    ):
         assert f"\n  {label} " in text
+    assert "onto the idle worker" in text and "not the pickup" in text
     assert (
         "dead letter  export_ledger died after 2 attempts at step upload (PermissionError" in text
     )

@@ -6,7 +6,14 @@ import pytest
 
 from ultimat3.core import XError
 from ultimat3.jobs._demo_jobs import DEMO_JOBS, FLAKY_EVERY
-from ultimat3.jobs._demo_run import DemoSettings, check_schema_name, percentile, plan
+from ultimat3.jobs._demo_run import (
+    IDLE_PROBES,
+    DemoSettings,
+    check_schema_name,
+    percentile,
+    plan,
+    probes_of,
+)
 
 
 def test_the_plan_makes_exactly_the_jobs_asked_for_a_quarter_of_them_orders() -> None:
@@ -15,6 +22,13 @@ def test_the_plan_makes_exactly_the_jobs_asked_for_a_quarter_of_them_orders() ->
     assert len(orders) == 750
     assert sum(o.flaky for o in orders) == 750 // FLAKY_EVERY
     assert len({r.order_id for r in receipts}) == len(receipts)  # distinct keys: no dedupe
+
+
+@pytest.mark.parametrize(("jobs", "probes"), [(3000, IDLE_PROBES), (300, IDLE_PROBES), (20, 3)])
+def test_a_few_receipts_are_kept_back_to_measure_the_idle_pickup(jobs: int, probes: int) -> None:
+    receipts, _ = plan(jobs)
+    assert probes_of(receipts) == probes  # never more than a quarter of the receipts
+    assert probes_of(receipts) <= len(receipts) // 4
 
 
 def test_every_demo_job_has_its_own_name_and_queue() -> None:

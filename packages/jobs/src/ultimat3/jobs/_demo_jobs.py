@@ -59,6 +59,8 @@ class DemoWorld:
     sent: Counter[str] = field(default_factory=Counter)
     a_job_started: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when a body starts: the producer waits on it while its backlog is full."""
+    a_job_ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a body returns: the pickup probes wait on it for the bulk to end."""
 
     def begin(self, ctx: JobContext) -> None:
         if ctx.job_id not in self.started:
@@ -67,6 +69,7 @@ class DemoWorld:
 
     def end(self, ctx: JobContext) -> None:
         self.finished[ctx.job_id] = time.perf_counter()
+        self.a_job_ended.set()
 
     async def vendor_call(self, ctx: JobContext, step: str) -> None:
         """One call to a vendor: counted, and as slow as ``io_s``."""

@@ -239,7 +239,8 @@ def render_text(d: dict[str, Any]) -> str:
         if db["embedded"]
         else f"PostgreSQL {db['server_version']} at {db['url']}"
     )
-    jobs, tp, pk, en, wk = d["jobs"], d["throughput"], d["pickup_ms"], d["enqueue"], d["worker"]
+    jobs, tp, en, wk = d["jobs"], d["throughput"], d["enqueue"], d["worker"]
+    qw, pk = d["queue_wait_ms"], d["pickup_ms"]
     ms, dd, sl, dl = d["multi_step"], d["dedupe"], d["sleep"], d["dead_letter"]
     others = {k: v for k, v in jobs["states"].items() if k != "done" and v}
     not_done = ", ".join(f"{v} {k}" for k, v in others.items()) or "none left in another state"
@@ -257,9 +258,16 @@ def render_text(d: dict[str, Any]) -> str:
             "in flight)",
         ),
         (
+            "queue wait",
+            f"p50 {qw['p50']:.0f} ms, p99 {qw['p99']:.0f} ms, max {qw['max']:.0f} ms (enqueue "
+            f"commit to body start of {_n(qw['measured'])} jobs queued behind the producer's "
+            f"backlog of ~{en['backlog']}+: the backlog over the rate, not the pickup)",
+        ),
+        (
             "pickup",
-            f"p50 {pk['p50']:.0f} ms, p99 {pk['p99']:.0f} ms, max {pk['max']:.0f} ms (enqueue "
-            f"commit to body start, {_n(pk['measured'])} jobs, at most ~{en['backlog']} waiting)",
+            f"p50 {pk['p50']:.1f} ms, max {pk['max']:.1f} ms (enqueue commit to body start of "
+            f"{pk['measured']} receipts enqueued one at a time, {pk['gap_ms']} ms apart, onto "
+            "the idle worker)",
         ),
         ("every job", f"{_n(jobs['done'])} of {_n(jobs['total'])} done ({not_done})"),
         (
