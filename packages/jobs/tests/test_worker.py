@@ -194,20 +194,32 @@ async def test_an_idle_worker_woken_for_a_queue_claims_that_queue_first(
     """The pickup: the job the wake announced is claimed (and started) by the pass's first
     claim, not after a round trip to each empty queue ahead of it in the rotation. A worker
     holding runs keeps its rotation (no queue starves)."""
-    gate.clear()
-    jobs = {q: _job(q, blocking=True) for q in ("a", "b", "c")}
-    await jobs["c"].enqueue_many([{"n": i} for i in range(3)])
+    held = asyncio.Event()  # this test's own: nothing else releases its runs
+
+    def holding(queue: str) -> Any:
+        async def body(input: N, step: Any, ctx: Any) -> int:
+            await held.wait()
+            return input.n
+
+        return job(
+            input=N, idempotency_key=lambda i: f"{queue}:{i.n}", queue=queue, name=queue, run=body
+        )
+
+    jobs = {q: holding(q) for q in ("wake-a", "wake-b", "wake-c")}
+    await jobs["wake-c"].enqueue_many([{"n": i} for i in range(3)])
     spy = ClaimSpy(driver)
     w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=2, handle_signals=False)  # type: ignore[arg-type]
-    w.wake("c")
-    assert await w.run_pass() == 1
-    assert spy.claims[0] == (("c",), 1)
-    w.wake("a")  # a run is held: the rotation goes on after c
-    spy.claims.clear()
-    assert await w.run_pass() == 1
-    assert [q for (q,), _ in spy.claims] == ["a", "b", "c"]
-    gate.set()
-    await w.wait_idle()
+    try:
+        w.wake("wake-c")
+        assert await w.run_pass() == 1
+        assert spy.claims[0] == (("wake-c",), 1)
+        w.wake("wake-a")  # a run is held: the rotation goes on after wake-c
+        spy.claims.clear()
+        assert await w.run_pass() == 1
+        assert [q for (q,), _ in spy.claims] == ["wake-a", "wake-b", "wake-c"]
+    finally:
+        held.set()
+        await w.wait_idle()
 
 
 async def test_without_a_cap_one_claim_covers_every_queue(driver: EngineDriver) -> None:
