@@ -184,9 +184,12 @@ def test_a_worker_process_serves_its_metrics_on_slash_metrics(
         assert 'outcome="done"' not in before  # nothing ran yet
 
         enqueue_ping(database_url, schema, 21)
+        idle = re.compile(r"^job_worker_in_flight\{.*\} 0\.0$", re.M)
         deadline = time.monotonic() + 30
         after = before
-        while time.monotonic() < deadline and 'outcome="done"' not in after:
+        while time.monotonic() < deadline and not (
+            'outcome="done"' in after and idle.search(after)  # the run counted, then let go
+        ):
             time.sleep(0.1)
             after = scrape(url)[1]
         done = re.search(
@@ -194,8 +197,8 @@ def test_a_worker_process_serves_its_metrics_on_slash_metrics(
         )
         assert done is not None, after
         assert float(done.group(1)) == 1.0
-        assert re.search(r"^job_worker_in_flight\{.*\} 0\.0$", after, re.M), after
-        # the endpoint serves only GET /metrics's text, not the worker's internals
+        assert idle.search(after), after
+        # Prometheus's text exposition format, TYPE lines included
         assert "# TYPE jobs_total counter" in after
 
         worker.send_signal(signal.SIGTERM)
