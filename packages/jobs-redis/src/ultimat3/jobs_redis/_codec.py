@@ -6,6 +6,7 @@ A client may decode responses or not, so every value read back goes through :fun
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,8 +29,34 @@ def opt(value: object | None) -> str:
     return "" if value is None else "=" + str(value)
 
 
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""JSON text without spaces or escapes beyond JSON's own (one encoder, made once)."""
+
+
+def _plain(value: object) -> bool:
+    """Whether ``value`` is already its own JSON form: ``None``, ``bool``, ``str``, ``int``, a
+    finite ``float``, and ``dict`` (``str`` keys) / ``list`` of those, exact types only."""
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is bool:
+        return True
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())  # type: ignore[attr-defined]
+    if kind is list:
+        return all(_plain(v) for v in value)  # type: ignore[attr-defined]
+    return False
+
+
 def freeze(value: Any, *, what: str, code: str = "X_INVARIANT") -> str:
-    """``value`` as JSON text (core's JSON form); refuses what has none with ``code``."""
+    """``value`` as JSON text (core's JSON form); refuses what has none with ``code``. A value
+    that is its own JSON form already (an enqueue's payload, made by pydantic) goes straight to
+    the C encoder: the same text as ``dumps_json``, at a fraction of the cost."""
+    try:
+        if _plain(value):
+            return compact_json(value)
+    except RecursionError:  # a cycle, or nesting past Python's limit: the full path says which
+        pass
     try:
         return dumps_json(value)
     except XError as exc:
@@ -38,10 +65,6 @@ def freeze(value: Any, *, what: str, code: str = "X_INVARIANT") -> str:
 
 def thaw(value: object) -> Any:
     return None if value is None else json.loads(text(value))
-
-
-compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""JSON text without spaces or escapes beyond JSON's own (one encoder, made once)."""
 
 
 def live_key(name: str, tenant_id: str | None, idempotency_key: str) -> str:

@@ -172,11 +172,18 @@ class RedisStepStore:
 class RedisJobDriver:
     """The ``JobDriver`` on Redis. Build it with :func:`redis_job_driver`."""
 
-    def __init__(self, client: Redis, *, prefix: str, owns_client: bool) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        prefix: str,
+        owns_client: bool,
+        command_timeout: float | None = None,
+    ) -> None:
         self._client = client
         self._owns_client = owns_client
         self._prefix = prefix
-        self._r = ScriptRunner(client, prefix)
+        self._r = ScriptRunner(client, prefix, timeout_s=command_timeout)
         self._stepless = Stepless()
         self._steps = RedisStepStore(self._r, self._stepless)
         self._lease_lost = _lease_lost_template()
@@ -678,7 +685,10 @@ def redis_job_driver(
         client = Redis.from_url(
             url_or_client,
             socket_connect_timeout=connect_timeout,
-            socket_timeout=command_timeout,
+            # No socket timeout (redis-py 8 would default to 5 s): the driver bounds each call
+            # itself (asyncio.timeout around the round trip), which costs a timer, where
+            # redis-py's costs a task per command sent.
+            socket_timeout=None,
             retry=Retry(NoBackoff(), 1),
         )
     except ValueError as exc:
@@ -689,4 +699,6 @@ def redis_job_driver(
             fix="pass redis://host:port/db, rediss://... or unix:///path/to/redis.sock",
             meta={"url": _redacted(url_or_client)},
         ) from exc
-    return RedisJobDriver(client, prefix=prefix, owns_client=True)
+    return RedisJobDriver(
+        client, prefix=prefix, owns_client=True, command_timeout=float(command_timeout)
+    )

@@ -128,8 +128,9 @@ class ScriptRunner:
     its own.
     """
 
-    def __init__(self, client: Redis, prefix: str) -> None:
+    def __init__(self, client: Redis, prefix: str, *, timeout_s: float | None = None) -> None:
         self.client = client
+        self._timeout_s = timeout_s
         self.base = "{" + prefix + "}:"
         self._texts = script_sources()
         self._scripts: dict[str, AsyncScript] = {
@@ -154,6 +155,8 @@ class ScriptRunner:
             (reply,) = await self._evalsha([(name, args)])
         except RedisError as exc:
             raise self._wrap(exc, what) from exc
+        except TimeoutError as exc:
+            raise unavailable(exc, where=self.where, op=what) from exc
         finally:
             self._next()
         if isinstance(reply, RedisError):
@@ -180,6 +183,9 @@ class ScriptRunner:
                     if isinstance(exc, RedisError):
                         failure = self._wrap(exc, call.op)
                         failure.__cause__ = exc
+                    elif isinstance(exc, TimeoutError):
+                        failure = unavailable(exc, where=self.where, op=call.op)
+                        failure.__cause__ = exc
                     call.answer.set_exception(failure)
             if not isinstance(exc, Exception):
                 raise
@@ -197,8 +203,16 @@ class ScriptRunner:
                 call.answer.set_result(reply)
 
     async def _evalsha(self, batch: list[tuple[str, tuple[Arg, ...]]]) -> list[Any]:
-        """Every call's reply (or its ``RedisError``), in order; a script the server forgot (it
-        restarted) is loaded and the calls it refused are run again."""
+        """Every call's reply (or its ``RedisError``), in order, within the command timeout (the
+        builtin ``TimeoutError`` past it; the connection is dropped, never reused half-read)."""
+        if self._timeout_s is None:
+            return await self._evalsha_now(batch)
+        async with asyncio.timeout(self._timeout_s):
+            return await self._evalsha_now(batch)
+
+    async def _evalsha_now(self, batch: list[tuple[str, tuple[Arg, ...]]]) -> list[Any]:
+        """A script the server forgot (it restarted) is loaded and the calls it refused are run
+        again."""
         replies = await self._pipeline(batch)
         missed = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if missed:
@@ -228,12 +242,15 @@ class ScriptRunner:
         nothing: the script is known to the server before the ``MULTI``)."""
         script = self._scripts[name]
         try:
-            async with self.client.pipeline(transaction=True) as pipe:
-                for args in batches:
-                    await script(keys=[self.base], args=args, client=pipe)
-                return list(await pipe.execute())
+            async with asyncio.timeout(self._timeout_s):
+                async with self.client.pipeline(transaction=True) as pipe:
+                    for args in batches:
+                        await script(keys=[self.base], args=args, client=pipe)
+                    return list(await pipe.execute())
         except RedisError as exc:
             raise self._wrap(exc, op) from exc
+        except TimeoutError as exc:
+            raise unavailable(exc, where=self.where, op=op) from exc
 
     def _wrap(self, exc: RedisError, op: str) -> XError:
         if isinstance(exc, RedisConnectionError | RedisTimeoutError | InvalidResponse):
