@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 from pydantic import BaseModel
 
-from ultimat3.core import new_id, swap_adapter
+from ultimat3.core import XError, new_id, swap_adapter
 from ultimat3.jobs import job, job_worker
 from ultimat3.jobs._cursor import job_cursor
 from ultimat3.jobs._model import EnqueueRequest
@@ -259,6 +259,34 @@ async def test_a_crash_between_redis_and_the_commit_loses_nothing_and_doubles_no
     assert set(rows) == {r.id for r in made}
     assert {r.state for r in rows.values()} == {"ready"}
     assert (await target.stats())[0].ready == 20
+
+
+async def test_a_drain_stopped_by_redis_says_what_to_do_and_a_rerun_finishes(
+    pg: PostgresJobDriver, target: RedisJobDriver, redis_server: Any, monkeypatch: Any
+) -> None:
+    made = await pg.enqueue_many([request(n) for n in range(9)])
+    real_import = RedisJobDriver.import_jobs
+    calls = 0
+
+    async def down_on_the_second(self: RedisJobDriver, jobs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise XError("X_DRIVER_UNAVAILABLE", "Redis went away", fix="start it")
+        return await real_import(self, jobs)
+
+    monkeypatch.setattr(RedisJobDriver, "import_jobs", down_on_the_second)
+    code, out, err = await x("jobs", "drain", "--to", "redis", "--batch", "4", pg=pg,
+                             redis_url=redis_server.url)  # fmt: skip
+    assert code == 1 and out is None
+    assert any("mail stay paused on Postgres" in line for line in err), err
+    assert '"X_DRIVER_UNAVAILABLE"' in "\n".join(err)
+    assert len(await redis_rows(target)) == 4 and len(await pg_rows(pg)) == 5
+    monkeypatch.setattr(RedisJobDriver, "import_jobs", real_import)
+    code, out, _ = await x("jobs", "drain", "--to", "redis", "--batch", "4", pg=pg,
+                           redis_url=redis_server.url)  # fmt: skip
+    assert code == 0 and out["moved"] == 5
+    assert set(await redis_rows(target)) == {r.id for r in made}
 
 
 async def test_a_drain_process_killed_mid_run_and_run_again_moves_every_row_once(

@@ -167,6 +167,26 @@ async def _drain(
             "ready), or wait until `x jobs list --state running` is empty, then drain again",
             meta={"running": left["running"], "queues": queues},
         )
+    try:
+        return await _move(inv, queues, paused_before, we_paused, intro, source, target, started)
+    except BaseException:
+        inv.progress(
+            f"x jobs drain: stopped; {', '.join(queues)} stay paused on Postgres (the batch in "
+            "hand rolled back, and may be on Redis too): run the same x jobs drain again"
+        )
+        raise
+
+
+async def _move(
+    inv: Invocation,
+    queues: list[str],
+    paused_before: set[str],
+    we_paused: list[str],
+    intro: JobIntrospection,
+    source: DrainSource,
+    target: JobImporter,
+    started: float,
+) -> Answer:
     totals = {"moved": 0, "present": 0, "deduped": 0}
     deduped: list[dict[str, str]] = []
     batches = 0
