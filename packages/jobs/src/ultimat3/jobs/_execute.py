@@ -71,10 +71,13 @@ async def execute_job(
     driver: JobDriver,
     settings: ExecutionSettings | None = None,
     controller: AbortController | None = None,
+    claim_sent: float | None = None,
 ) -> RunOutcome:
     """Run one claimed attempt of ``job`` to its settle. ``controller`` is the run's: the worker
-    aborts it with ``X_DRAINING`` on SIGTERM."""
-    run = _Attempt(claimed, job, driver, settings or ExecutionSettings(), controller)
+    aborts it with ``X_DRAINING`` on SIGTERM. ``claim_sent``: when the claim was sent, on the
+    settings' monotonic clock (default: now) — the run's clock is the driver's claim stamp plus
+    the time since, so counting from the send never runs behind the driver's clock."""
+    run = _Attempt(claimed, job, driver, settings or ExecutionSettings(), controller, claim_sent)
     spans = _run_tracer()
     if spans is None:  # no SDK installed: the span would be a no-op, so none is made
         outcome = await run.execute()
@@ -137,6 +140,7 @@ class _Attempt(Settles):
         driver: JobDriver,
         settings: ExecutionSettings,
         controller: AbortController | None,
+        claim_sent: float | None = None,
     ) -> None:
         self.claimed = claimed
         self.job = job
@@ -145,7 +149,10 @@ class _Attempt(Settles):
         self.controller = controller or AbortController()
         self.started = time.monotonic()
         self.monotonic = settings.monotonic or time.monotonic
-        self.claim_mono = self.started if settings.monotonic is None else self.monotonic()
+        if claim_sent is not None:
+            self.claim_mono = claim_sent
+        else:
+            self.claim_mono = self.started if settings.monotonic is None else self.monotonic()
         self.state: RunState | None = None
         self.progress: ProgressWriter | None = None
         self.settler = settings.settler or DirectSettler(driver)

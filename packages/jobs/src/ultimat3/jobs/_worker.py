@@ -21,6 +21,7 @@ import os
 import random
 import signal as os_signal
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -410,6 +411,7 @@ class JobWorker:
                 # a backlog, and the runs end faster than the passes claim: ask for more
                 limit = self._claim_size = min(limit * 2, CLAIM_GROWTH * self._claim_batch)
             self._caught_up = False
+            sent = self._claim_clock()
             claimed = await driver.claim(
                 queues=list(self.queues),
                 limit=limit,
@@ -421,7 +423,7 @@ class JobWorker:
             self._backlog = len(claimed) >= limit
             if not self._backlog:
                 self._claim_size = self._claim_batch
-            self._spawn(claimed)
+            self._spawn(claimed, sent)
             return len(claimed)
         asked = room
         n = len(self.queues)
@@ -432,6 +434,7 @@ class JobWorker:
             if room <= 0:
                 break
             share = math.ceil(room / (n - i))
+            sent = self._claim_clock()
             claimed = await driver.claim(
                 queues=[self.queues[index]],
                 limit=share,
@@ -442,7 +445,7 @@ class JobWorker:
             self._buried(driver)
             if claimed:
                 last_served = index
-                self._spawn(claimed)
+                self._spawn(claimed, sent)
                 room -= len(claimed)
                 total += len(claimed)
         if last_served is not None:
@@ -497,7 +500,13 @@ class JobWorker:
             job, as_claimed, outcome=outcome, input=value, error=row.last_error
         )
 
-    def _spawn(self, claimed: Sequence[ClaimedJob]) -> None:
+    def _claim_clock(self) -> float:
+        """The runs' monotonic clock, read as a claim is SENT: a run measures its time since
+        the driver's claim stamp from here, so a slow claim never makes a sleep wake early."""
+        monotonic = self._settings.monotonic
+        return time.monotonic() if monotonic is None else monotonic()
+
+    def _spawn(self, claimed: Sequence[ClaimedJob], sent: float | None = None) -> None:
         if not claimed:
             return
         loop = asyncio.get_running_loop()
@@ -506,7 +515,7 @@ class JobWorker:
             controller = AbortController()
             if self._draining:
                 controller.abort(self._drain_reason(one.id, "drain()"))
-            runs[one.id] = (loop.create_task(self._run(one, controller)), controller)
+            runs[one.id] = (loop.create_task(self._run(one, controller, sent)), controller)
             in_body.add(one.id)
         self._counts["claimed"] = self._counts.get("claimed", 0) + len(claimed)
 
@@ -520,7 +529,9 @@ class JobWorker:
         if self._backlog:
             self._poke()
 
-    async def _run(self, claimed: ClaimedJob, controller: AbortController) -> None:
+    async def _run(
+        self, claimed: ClaimedJob, controller: AbortController, sent: float | None = None
+    ) -> None:
         try:
             outcome: RunOutcome = await execute_job(
                 claimed,
@@ -528,6 +539,7 @@ class JobWorker:
                 driver=self.driver,
                 settings=self._with_settler(),
                 controller=controller,
+                claim_sent=sent,
             )
             self._bump(outcome.outcome)
         except Exception as exc:  # a settle that raised: the lease lapses and is re-offered
