@@ -252,6 +252,42 @@ async def test_a_step_not_awaited_before_the_body_returned_is_refused(harness: H
     assert "late" not in (await h.trace()).steps
 
 
+async def test_a_step_left_running_is_refused_even_while_the_ack_is_still_travelling() -> None:
+    """The body returned: from then on its steps are over, not from when the ack came back (a
+    slow ack once let a late step write behind it)."""
+    late: list[BaseException] = []
+    ack_sent = asyncio.Event()
+
+    @job(input=Key, idempotency_key=_key)
+    async def leaky_slow(input: Key, step: Any, ctx: Any) -> None:
+        async def later() -> None:
+            await ack_sent.wait()  # the ack is on its way and has not come back
+            try:
+                await step.run("late", lambda s: 1)
+            except XError as exc:
+                late.append(exc)
+
+        asyncio.ensure_future(later())  # noqa: RUF006 - the point of the test
+
+    h = JobHarness(jobs=[leaky_slow])
+    driver: Any = h.driver
+    for name in ("ack", "ack_many"):
+        original = getattr(driver, name)
+
+        async def slow(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            ack_sent.set()
+            await asyncio.sleep(0.05)
+            return await _original(*args, **kwargs)
+
+        setattr(driver, name, slow)
+    trace = await h(leaky_slow, {})
+    await asyncio.sleep(0.01)
+    assert trace.state == "done"
+    assert len(late) == 1
+    assert isinstance(late[0], XError) and late[0].code == "X_ABORTED"
+    assert "late" not in (await h.trace()).steps
+
+
 # --- once ---------------------------------------------------------------------------------------
 
 

@@ -74,6 +74,11 @@ class Settles:
             stored = result if result is None or type(result) in _PLAIN else to_json_form(result)
         except XError as exc:
             return await self._fail(error_dict(exc), terminal=True)
+        if self.state is not None:
+            # the body returned: the attempt's steps are over, whether or not the ack lands (a
+            # step it left running is refused X_ABORTED, never written behind the ack). A
+            # finished attempt is not a cancelled one: ctx.signal stays live.
+            self.state.ended = True
         if self.progress is not None:
             await self.progress.flush()
         self.settling = True  # a renewal refused from here on lost to this settle
@@ -82,9 +87,6 @@ class Settles:
         )
         if landed:
             self.settled, self.result = "completed", result
-            # a finished attempt is not a cancelled one: ctx.signal stays live, steps refuse
-            if self.state is not None:
-                self.state.ended = True
         else:
             self._unowned("ack")
             self.controller.abort(XError("X_ABORTED", "the attempt's ack did not land"))
