@@ -200,7 +200,10 @@ def test_x_scheduler_leads_fires_and_stops_on_sigterm(app: str, database_url: st
             jobs = json.loads(cli("jobs", "list", "--json").stdout)["jobs"]
             assert [j["name"] for j in jobs] == ["report"]
             proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=30)
+            # stdout only: stderr is the reader thread's (communicate() would race it for lines)
+            assert proc.stdout is not None
+            out = proc.stdout.read()
+            proc.wait(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
