@@ -209,6 +209,9 @@ def test_x_scheduler_leads_fires_and_stops_on_sigterm(app: str, database_url: st
                 proc.kill()
                 proc.communicate()
         reader.join(timeout=5)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
         assert proc.returncode == 0, "".join(lines)
         answer = json.loads(out)
         assert answer["signal"] == "SIGTERM"
