@@ -241,3 +241,78 @@ def test_the_batch_checks_pass_exactly_the_batches_whose_every_request_passes(
     payloads = [r.payload for r in requests]
     if _flat_plain(payloads):  # the batch's shortcut never passes what the walk would not
         assert all(is_plain_json(p) for p in payloads)
+
+
+# --- the typed arrays an enqueue_many chunk travels as ------------------------------------------
+
+_ARRAY_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
+
+
+@given(
+    st.lists(st.one_of(st.none(), _ARRAY_TEXT, st.sampled_from(['"', "\\", "NULL", "{,}", " "]))),
+    st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=8),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_array_literals_read_back_as_the_values_written(
+    database_url: str, texts: list[str | None], ints: list[int | None]
+) -> None:
+    from ultimat3.jobs.postgres._enqueue import array_ints, array_text
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for literal, values, kind in (
+            (array_text(texts), texts, "text[]"),
+            (array_ints(ints), ints, "bigint[]"),
+        ):
+            if all(v is None for v in values):
+                assert literal is None  # a NULL array: ROWS FROM pads the column with NULLs
+                continue
+            row = conn.execute(f"SELECT %s::{kind}", [literal]).fetchone()
+            assert row is not None and row[0] == values
+
+
+def test_a_text_holding_a_nul_stays_one_element() -> None:
+    from ultimat3.jobs.postgres._enqueue import array_text
+
+    assert array_text(["a\x00b", 'c"']) == '{"a\x00b","c\\""}'
+
+
+async def test_enqueue_many_stores_every_column_as_given(
+    pg_driver: PostgresJobDriver, database_url: str, pg_schema: str
+) -> None:
+    odd = ['quote"d', "back\\slash", "{brace,comma}", "NULL", " spaced ", "é✓", "plain"]
+    batch = [
+        replace(
+            req(i, key=f"{text}:{i}", queue=f"q{text}"),
+            name=f"n{text}",
+            payload={"t": text, "i": [i, None]},
+            tenant_id=None if i % 2 else text,
+            concurrency_key=text if i % 3 else None,
+            run_at_ms=None if i % 2 else 4_102_444_800_000,
+            delay_ms=None if i % 3 else 60_000,
+            trace_context=None if i % 2 else {"traceparent": f"00-{text}"},
+        )
+        for i, text in enumerate(odd)
+    ]
+    res = await pg_driver.enqueue_many(batch)
+    assert [(r.id, r.run_id, r.deduped) for r in res] == [(b.id, b.run_id, False) for b in batch]
+    query = psycopg.sql.SQL(
+        "SELECT id::text, run_id::text, name, queue, idempotency_key, tenant_id, concurrency_key,"
+        " max_attempts, payload, trace_context, run_at > now() + interval '30 seconds' FROM {}"
+    ).format(psycopg.sql.Identifier(pg_schema, "x_jobs"))
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        stored = {r[0]: r[1:] for r in await (await conn.execute(query)).fetchall()}
+    assert stored == {
+        b.id: (
+            b.run_id,
+            b.name,
+            b.queue,
+            b.idempotency_key,
+            b.tenant_id,
+            b.concurrency_key,
+            b.max_attempts,
+            b.payload,
+            b.trace_context,
+            b.run_at_ms is not None or b.delay_ms is not None,
+        )
+        for b in batch
+    }

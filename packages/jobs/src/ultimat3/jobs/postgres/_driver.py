@@ -525,7 +525,7 @@ class PostgresJobDriver:
             {
                 "task": task,
                 "occurrence_ms": occurrence_ms,
-                "rows": Enqueuer.chunk_doc(firsts, first_forms),
+                **Enqueuer.chunk_params(firsts, first_forms),
             },
             what=f"firing task {task!r} at {occurrence_ms}",
         )

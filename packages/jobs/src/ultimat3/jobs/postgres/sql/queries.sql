@@ -88,33 +88,34 @@ UNION ALL
 )
 
 -- name: enqueue_many_input
--- (fragment) up to ENQUEUE_CHUNK requests as ONE jsonb array of positional rows (deduplicated by
--- key and id in Python first; one parameter, parsed once; positions are _driver._chunk_doc's:
--- id, run_id, name, queue, payload, idempotency_key, tenant_id, concurrency_key, max_attempts,
--- run_at_ms, delay_ms, trace_context), with their run_at. A JSON null trace context is stored
--- as SQL NULL.
+-- (fragment) up to ENQUEUE_CHUNK requests (deduplicated by key and id in Python first) as typed
+-- arrays, one per column, zipped by ROWS FROM in input order (`ord`): no per-row JSON to take
+-- apart. _enqueue.chunk_params writes each as one array literal (joined in C on the client);
+-- the payloads are ONE json array (one json.dumps, one parse). A column that is NULL
+-- throughout (no tenants, no trace contexts) is sent as a NULL array: ROWS FROM pads it with
+-- NULLs. A trace context is jsonb text or NULL.
 input AS (
     SELECT i.*,
            coalesce(
                to_timestamp(0) + i.run_at_ms * interval '1 millisecond',
                now() + greatest(coalesce(i.delay_ms, 0), 0) * interval '1 millisecond'
            ) AS run_at
-    FROM (
-        SELECT (e.r ->> 0)::uuid AS id,
-               (e.r ->> 1)::uuid AS run_id,
-               e.r ->> 2 AS name,
-               e.r ->> 3 AS queue,
-               e.r -> 4 AS payload,
-               e.r ->> 5 AS idempotency_key,
-               e.r ->> 6 AS tenant_id,
-               e.r ->> 7 AS concurrency_key,
-               (e.r ->> 8)::integer AS max_attempts,
-               (e.r ->> 9)::bigint AS run_at_ms,
-               (e.r ->> 10)::bigint AS delay_ms,
-               nullif(e.r -> 11, 'null'::jsonb) AS trace_context,
-               e.ord
-        FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e (r, ord)
-    ) i
+    FROM ROWS FROM (
+        unnest(%(ids)s::uuid[]),
+        unnest(%(run_ids)s::uuid[]),
+        unnest(%(names)s::text[]),
+        unnest(%(queues)s::text[]),
+        jsonb_array_elements(%(payloads)s::jsonb),
+        unnest(%(idempotency_keys)s::text[]),
+        unnest(%(tenant_ids)s::text[]),
+        unnest(%(concurrency_keys)s::text[]),
+        unnest(%(max_attempts)s::integer[]),
+        unnest(%(run_at_ms)s::bigint[]),
+        unnest(%(delay_ms)s::bigint[]),
+        unnest(%(trace_contexts)s::jsonb[])
+    ) WITH ORDINALITY AS i (
+        id, run_id, name, queue, payload, idempotency_key, tenant_id, concurrency_key,
+        max_attempts, run_at_ms, delay_ms, trace_context, ord)
 )
 
 -- name: enqueue_many_answer
