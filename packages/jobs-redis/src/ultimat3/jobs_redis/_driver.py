@@ -40,6 +40,7 @@ from ultimat3.jobs._model import (
     WorkerRow,
 )
 from ultimat3.jobs._ports import EXHAUSTED_BUFFER
+from ultimat3.jobs._stepless import Stepless
 
 from ._backfills import RedisBackfillLedger
 from ._codec import compact_json, freeze, live_key, maybe_text, opt, pairs, step_records, text
@@ -86,29 +87,6 @@ def _lease_lost_template() -> str:
     """``XError('X_JOB_LEASE_LOST', ...).to_dict()`` as JSON, its message left for the claim
     script to fill in (it knows the attempts and the worker)."""
     return json.dumps(XError("X_JOB_LEASE_LOST", "@@MSG@@").to_dict())
-
-
-class Stepless:
-    """Job ids this driver claimed that had no step at their claim (bounded, oldest dropped).
-
-    While a claim holds a row only its holder records steps, through this driver (which forgets
-    the id first), so ``steps.load`` of such a job is ``{}`` without a round trip: the first
-    thing every run does costs nothing for a job that never recorded a step."""
-
-    def __init__(self, bound: int = 50_000) -> None:
-        self._ids: dict[str, None] = {}
-        self._bound = bound
-
-    def add(self, job_id: str) -> None:
-        self._ids[job_id] = None
-        if len(self._ids) > self._bound:
-            del self._ids[next(iter(self._ids))]
-
-    def discard(self, job_id: str) -> None:
-        self._ids.pop(job_id, None)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._ids
 
 
 class RedisStepStore:

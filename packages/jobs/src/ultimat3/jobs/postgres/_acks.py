@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ultimat3.jobs._model import ENQUEUE_CHUNK, AckRequest
+from ultimat3.jobs._stepless import Stepless
 
 from ._db import Database
 from ._rows import fenced_ids, ms_param, to_json_text
-from ._steps import Stepless
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ from ultimat3.jobs._model import (
     WorkerRow,
 )
 from ultimat3.jobs._ports import EXHAUSTED_BUFFER
+from ultimat3.jobs._stepless import Stepless
 
 from ._acks import AckBatcher
 from ._backfills import PostgresBackfillLedger
@@ -44,7 +45,7 @@ from ._rows import (
     to_json_text,
     worker_row,
 )
-from ._steps import PostgresStepStore, Stepless
+from ._steps import PostgresStepStore
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")

@@ -8,35 +8,12 @@ from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid
 from ultimat3.jobs._model import StepRecord, StepState
+from ultimat3.jobs._stepless import Stepless
 
 from ._db import Database
 from ._rows import check_text, fenced_ids, json_or_none, step_record, to_json_text
 
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
-
-
-class Stepless:
-    """Job ids this driver claimed that had no step at their claim (bounded, oldest dropped).
-
-    While a claim holds a row, only its holder can record a step, and it records through this
-    driver (which forgets the id first); so ``steps.load`` of such a job is ``{}`` without a
-    round trip. A claim that lapsed to another worker makes the holder a zombie whose writes are
-    fenced anyway."""
-
-    def __init__(self, bound: int = 50_000) -> None:
-        self._ids: dict[str, None] = {}
-        self._bound = bound
-
-    def add(self, job_id: str) -> None:
-        self._ids[job_id] = None
-        if len(self._ids) > self._bound:
-            del self._ids[next(iter(self._ids))]
-
-    def discard(self, job_id: str) -> None:
-        self._ids.pop(job_id, None)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._ids
 
 
 class PostgresStepStore:
