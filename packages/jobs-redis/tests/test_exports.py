@@ -7,7 +7,7 @@ from ultimat3.jobs._ports import (
     JobIntrospection,
     LeaseStore,
     StepStore,
-    TaskFireRecorder,
+    TaskFirer,
     WorkerRegistry,
 )
 
@@ -27,7 +27,7 @@ async def test_the_driver_is_every_port_it_claims_to_be() -> None:
     try:
         assert isinstance(driver, JobDriver)
         assert isinstance(driver, WorkerRegistry)
-        assert isinstance(driver, TaskFireRecorder)
+        assert isinstance(driver, TaskFirer)
         assert isinstance(driver.steps, StepStore)
         assert isinstance(driver.leases, LeaseStore)
         assert isinstance(driver.introspect, JobIntrospection)

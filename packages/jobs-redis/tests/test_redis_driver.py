@@ -49,7 +49,7 @@ async def test_every_key_carries_the_prefix_hash_tag_so_one_cluster_slot_holds_t
     await driver.leases.acquire("lock", limit=1, holder="h", ttl_ms=1000)
     await driver.introspect.pause_queue("c")
     await driver.register_worker("w", host="h", queues=["a"], slots=2, visibility_timeout_ms=VT)
-    await driver.record_task_fire("nightly", 1)
+    await driver.fire_task("nightly", 1, [])
     await driver.backfills.begin("bf", job_id=None, cursor=None)
     keys = [k.decode() async for k in driver.client.scan_iter(match="*" + driver.prefix + "*")]
     assert len(keys) > 15

@@ -39,9 +39,9 @@ REFUSALS: dict[str, tuple[Callable[[D], Awaitable[Any]], str, str]] = {
         "X_INVARIANT",
         "visibility_timeout_ms 0",
     ),
-    "task name": (lambda d: d.record_task_fire("", 1), "X_INVARIANT", "task name is empty"),
+    "task name": (lambda d: d.fire_task("", 1, []), "X_INVARIANT", "task name is empty"),
     "task occurrence": (
-        lambda d: d.record_task_fire("nightly", "soon"),  # type: ignore[arg-type]
+        lambda d: d.fire_task("nightly", "soon", []),  # type: ignore[arg-type]
         "X_INVARIANT",
         "'soon'",
     ),

@@ -125,7 +125,7 @@ async def test_tasks_list_shows_cron_zone_paused_last_fire_and_next_run(
 async def test_without_app_it_lists_what_the_store_knows(
     pg_driver: PostgresJobDriver,
 ) -> None:
-    await pg_driver.record_task_fire("orphan", 60_000)
+    await pg_driver.fire_task("orphan", 60_000, [])
     await pg_driver.introspect.pause_task("quiet")
     code, out, err = await x(pg_driver, "tasks", "list", "--json")
     assert code == 0, err

@@ -16,7 +16,7 @@ from ultimat3.jobs._model import (
     ClaimedJob,
     EnqueueRequest,
 )
-from ultimat3.jobs._ports import BatchSettler, TaskFireRecorder, WorkerRegistry
+from ultimat3.jobs._ports import BatchSettler, TaskFirer, WorkerRegistry
 from ultimat3.jobs.adapter import (
     BackfillLedger,
     JobDriver,
@@ -79,7 +79,7 @@ def test_the_memory_driver_has_every_port_member() -> None:
     assert isinstance(d.leases, LeaseStore)
     assert isinstance(d.introspect, JobIntrospection)
     assert isinstance(d.backfills, BackfillLedger)
-    assert isinstance(d, WorkerRegistry) and isinstance(d, TaskFireRecorder)
+    assert isinstance(d, WorkerRegistry) and isinstance(d, TaskFirer)
     assert isinstance(d, BatchSettler)
     assert d.name == "memory" and memory_job_driver(name="other").name == "other"
     assert "jobs=0" in repr(d)
@@ -342,7 +342,7 @@ async def test_workers_and_task_fires_refuse_nonsense(driver: MemoryJobDriver) -
         await driver.register_worker("", host="h", queues=[], slots=1, visibility_timeout_ms=5)
     assert code_of(info) == "X_INVARIANT"
     with pytest.raises(XError) as info:
-        await driver.record_task_fire("", 1)
+        await driver.fire_task("", 1, [])
     assert code_of(info) == "X_INVARIANT"
     assert not await driver.deregister_worker("nobody")
 

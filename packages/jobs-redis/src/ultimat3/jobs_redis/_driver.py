@@ -560,17 +560,6 @@ class RedisJobDriver:
     async def deregister_worker(self, worker_id: str) -> bool:
         return bool(await self._r.run("worker_deregister", worker_id, op="deregister a worker"))
 
-    async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
-        if not task:
-            raise XError("X_INVARIANT", "record_task_fire: the task name is empty", fix="name it")
-        if isinstance(occurrence_ms, bool) or not isinstance(occurrence_ms, int):
-            raise XError(
-                "X_INVARIANT",
-                f"record_task_fire {task!r}: occurrence {occurrence_ms!r} is not epoch ms",
-                fix="pass the occurrence as an int of epoch milliseconds",
-            )
-        return bool(await self._r.run("task_fire", task, occurrence_ms, op="record a task fire"))
-
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:

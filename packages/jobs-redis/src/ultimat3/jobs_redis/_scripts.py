@@ -65,7 +65,6 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
     "stats",
     "step_record",
     "steps_load",
-    "task_fire",
     "task_fires",
     "wake",
     "worker_deregister",

@@ -216,17 +216,6 @@ class WorkerRegistry(Protocol):
 
 
 @runtime_checkable
-class TaskFireRecorder(Protocol):
-    """Optional driver member behind ``introspect.task_fires()``: the scheduler records the
-    occurrence that queued a task's jobs."""
-
-    async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
-        """Record ``occurrence_ms`` as the task's last fire; ``False`` (nothing changed) when it is
-        not later than the one already recorded, so a task never fires one occurrence twice."""
-        ...
-
-
-@runtime_checkable
 class TaskFirer(Protocol):
     """Optional driver member the scheduler needs: ONE occurrence of a task, its watermark and
     its jobs moved in one atomic operation (Postgres: one statement; Redis: one script), so a

@@ -51,7 +51,6 @@ from ._ports import (
     OutboxStore,
     QueueSampler,
     StepStore,
-    TaskFireRecorder,
     WorkerRegistry,
 )
 from .drivers.memory import MemoryJobDriver, memory_job_driver
@@ -130,7 +129,6 @@ __all__ = [
     "StepState",
     "StepStore",
     "TaskFire",
-    "TaskFireRecorder",
     "WorkerRegistry",
     "WorkerRow",
     "install_job_driver",

@@ -506,15 +506,6 @@ class MemoryJobDriver:
     async def deregister_worker(self, worker_id: str) -> bool:
         return self._s.workers.pop(worker_id, None) is not None
 
-    async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
-        if not task:
-            raise XError("X_INVARIANT", "record_task_fire: the task name is empty", fix="name it")
-        last = self._s.task_fires.get(task)
-        if last is not None and occurrence_ms <= last[0]:
-            return False
-        self._s.task_fires[task] = (occurrence_ms, self._s.now_ms())
-        return True
-
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:

@@ -491,15 +491,6 @@ class PostgresJobDriver:
         )
         return n > 0
 
-    async def record_task_fire(self, task: str, occurrence_ms: int) -> bool:
-        check_text(task, what="record_task_fire: the task name")
-        n = await self._db.rowcount(
-            "record_task_fire",
-            {"task": task, "occurrence_ms": occurrence_ms},
-            what=f"recording a fire of task {task!r}",
-        )
-        return n > 0
-
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:

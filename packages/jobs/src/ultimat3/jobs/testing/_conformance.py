@@ -13,7 +13,7 @@ short (``visibility_timeout_ms`` is 300 ms); everything else uses ``run_at_ms`` 
 
 Optional members are declared, not guessed: a driver without a lease store sets
 ``supports_leases = False`` (likewise ``supports_introspect``, ``supports_backfills``,
-``supports_workers`` for ``WorkerRegistry``, ``supports_task_fires`` for ``TaskFireRecorder`` and
+``supports_workers`` for ``WorkerRegistry``, ``supports_task_fires`` for ``TaskFirer`` and
 ``supports_queue_samples`` for ``QueueSampler``),
 and those tests then check that the driver really has none, instead of skipping.
 """

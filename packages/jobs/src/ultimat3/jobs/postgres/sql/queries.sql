@@ -885,15 +885,6 @@ FROM {x_task_fires} f
 ORDER BY f.task
 LIMIT %(limit)s
 
--- name: record_task_fire
--- The watermark only moves forward: an occurrence at or before the recorded one changes nothing.
-INSERT INTO {x_task_fires} AS f (task, occurrence_ms, fired_at)
-VALUES (%(task)s, %(occurrence_ms)s, now())
-ON CONFLICT (task) DO UPDATE SET
-    occurrence_ms = excluded.occurrence_ms,
-    fired_at = excluded.fired_at
-WHERE f.occurrence_ms < excluded.occurrence_ms
-
 -- name: fire_task
 -- One occurrence of a task in ONE statement: the watermark moves (x_task_fires_pkey) only when
 -- %(occurrence_ms)s is later than the recorded one, and the occurrence's jobs are inserted only
