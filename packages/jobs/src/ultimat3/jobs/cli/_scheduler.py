@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 
 from ultimat3.core import swap_adapter
 from ultimat3.jobs._model import to_json_dict
@@ -19,7 +18,7 @@ from ultimat3.jobs.adapter import JOB_DRIVER
 from ._invocation import Commands, Invocation
 from ._output import Answer
 from ._tasks import app_tasks
-from ._worker import STOP_SIGNALS
+from ._worker import stop_signals
 
 WATCH_S = 0.25
 """How often the command looks at the scheduler to report a change of lead."""
@@ -42,22 +41,7 @@ async def cmd_scheduler(inv: Invocation) -> Answer:
 
     tasks = app_tasks(inv.args.app)
     driver = await inv.driver()
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig.name)
-        stop.set()
-
-    installed: list[signal.Signals] = []
-    for sig in STOP_SIGNALS:
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
-            continue
-        installed.append(sig)
-    with swap_adapter(JOB_DRIVER, driver):
+    with swap_adapter(JOB_DRIVER, driver), stop_signals() as (stop, received):
         scheduler = task_scheduler(tasks=tasks, driver=driver)
         try:
             await scheduler.start()
@@ -75,8 +59,6 @@ async def cmd_scheduler(inv: Invocation) -> Answer:
             inv.progress(f"x scheduler: {received[0]} received: stopping")
         finally:
             await scheduler.stop()
-            for sig in installed:
-                loop.remove_signal_handler(sig)
     stats = scheduler.stats()
     data = {"app": inv.args.app, "signal": received[0], "stats": to_json_dict(stats)}
     return Answer(

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from ultimat3.core import XError, swap_adapter
@@ -123,21 +124,22 @@ def parse_queues(text: str | None) -> list[str] | None:
     return queues
 
 
-async def serve(
-    worker: JobWorker,
-    *,
-    progress: Callable[[str], None],
+@contextlib.contextmanager
+def stop_signals(
     signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
-) -> str:
-    """Start ``worker``, wait for one of ``signals``, drain it (held runs hear ``X_DRAINING``
-    naming the signal); answers the signal's name. A refusal at start raises at once."""
+    *,
+    on_again: Callable[[str], None] | None = None,
+) -> Iterator[tuple[asyncio.Event, list[str]]]:
+    """While the block runs, ``signals`` set the yielded event and append their names to the
+    yielded list (a repeat calls ``on_again`` with its name); the handlers are removed after.
+    Where the loop cannot take handlers (not the main thread, Windows), none is installed."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[str] = []
 
     def on_signal(sig: signal.Signals) -> None:
-        if received:
-            progress(f"x worker: {sig.name} again: already draining, waiting for held runs")
+        if received and on_again is not None:
+            on_again(sig.name)
         received.append(sig.name)
         stop.set()
 
@@ -149,6 +151,25 @@ async def serve(
             continue
         installed.append(sig)
     try:
+        yield stop, received
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def serve(
+    worker: JobWorker,
+    *,
+    progress: Callable[[str], None],
+    signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
+) -> str:
+    """Start ``worker``, wait for one of ``signals``, drain it (held runs hear ``X_DRAINING``
+    naming the signal); answers the signal's name. A refusal at start raises at once."""
+
+    def again(name: str) -> None:
+        progress(f"x worker: {name} again: already draining, waiting for held runs")
+
+    with stop_signals(signals, on_again=again) as (stop, received):
         await worker.start()
         if not received:
             progress(f"x worker: {worker.id} running; SIGTERM or Ctrl-C drains and stops it")
@@ -156,9 +177,6 @@ async def serve(
         progress(f"x worker: {received[0]} received: draining")
         await worker.drain(signal_name=received[0])
         return received[0]
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
 
 
 async def cmd_worker(inv: Invocation) -> Answer:
