@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -62,6 +63,43 @@ async def driver() -> AsyncIterator[RedisJobDriver]:
         await close_driver(d)
 
 
+@pytest.fixture
+async def client_driver() -> AsyncIterator[RedisJobDriver]:
+    """A driver over a ``redis.asyncio.Redis`` passed in (every call through redis-py)."""
+    client = Redis.from_url(REDIS_URL)
+    d = redis_job_driver(client, prefix=fresh_prefix())
+    assert d._r._fast is None
+    try:
+        yield d
+    finally:
+        try:
+            await close_driver(d)
+        finally:
+            await client.aclose()
+
+
+@pytest.fixture(params=["url", "client"])
+async def either(request: pytest.FixtureRequest) -> AsyncIterator[RedisJobDriver]:
+    """Each test twice: over the driver's own lean connection (a URL), and over a redis-py
+    client passed in."""
+    if request.param == "client":
+        client = Redis.from_url(REDIS_URL)
+        d = redis_job_driver(client, prefix=fresh_prefix())
+        assert d._r._fast is None
+    else:
+        client = None
+        d = await open_driver()
+        assert d._r._fast is not None
+    try:
+        yield d
+    finally:
+        try:
+            await close_driver(d)
+        finally:
+            if client is not None:
+                await client.aclose()
+
+
 def make_request(
     name: str = "send",
     *,
@@ -102,14 +140,18 @@ class RedisServer:
     """A redis-server of the test's own, on a spare port, persisting to ``folder`` with
     append-only files fsynced on every write: start it, kill -9 it, stop it, start it again."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, password: str | None = None) -> None:
         self.folder = folder
         self.port = spare_port()
+        self.password = password
+        # short (a Unix socket path has room for about 100 bytes; tmp_path can be longer)
+        self.socket_path = Path(tempfile.gettempdir()) / f"x-redis-{self.port}.sock"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = "" if self.password is None else f":{self.password}@"
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         assert self.process is None, "already running"
@@ -124,6 +166,8 @@ class RedisServer:
                 "--save", "",
                 "--daemonize", "no",
                 "--logfile", str(self.folder / "redis.log"),
+                "--unixsocket", str(self.socket_path),
+                *(() if self.password is None else ("--requirepass", self.password)),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -131,7 +175,9 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while True:
             try:
-                with SyncRedis(port=self.port, socket_connect_timeout=0.2) as probe:
+                with SyncRedis(
+                    port=self.port, password=self.password, socket_connect_timeout=0.2
+                ) as probe:
                     if probe.ping():
                         return
             except RedisError:
@@ -164,6 +210,20 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.kill()
+        server.socket_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def locked_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own that asks for a password (``s3cret pass``), listening on
+    TCP and on a Unix socket."""
+    server = RedisServer(tmp_path, password="s3cret pass")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+        server.socket_path.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import Connection as RedisConnection
+from redis.asyncio.connection import UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -47,6 +49,7 @@ from ._codec import compact_json, freeze, live_key, maybe_text, opt, pairs, step
 from ._import import import_jobs
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
+from ._resp import RespClient
 from ._scripts import Arg, ScriptRunner
 
 if TYPE_CHECKING:
@@ -157,11 +160,12 @@ class RedisJobDriver:
         prefix: str,
         owns_client: bool,
         command_timeout: float | None = None,
+        fast: RespClient | None = None,
     ) -> None:
         self._client = client
         self._owns_client = owns_client
         self._prefix = prefix
-        self._r = ScriptRunner(client, prefix, timeout_s=command_timeout)
+        self._r = ScriptRunner(client, prefix, timeout_s=command_timeout, fast=fast)
         self._stepless = Stepless()
         self._steps = RedisStepStore(self._r, self._stepless)
         self._lease_lost = _lease_lost_template()
@@ -500,6 +504,7 @@ class RedisJobDriver:
     async def close(self) -> None:
         """Closes the client when the driver made it (from a URL); a client you passed in is
         yours to close."""
+        await self._r.close()
         if self._owns_client:
             closer: Any = getattr(self._client, "aclose", None) or self._client.close  # redis 5.0.0
             await closer()
@@ -667,5 +672,32 @@ def redis_job_driver(
             meta={"url": _redacted(url_or_client)},
         ) from exc
     return RedisJobDriver(
-        client, prefix=prefix, owns_client=True, command_timeout=float(command_timeout)
+        client,
+        prefix=prefix,
+        owns_client=True,
+        command_timeout=float(command_timeout),
+        fast=_lean_client(client, float(connect_timeout), float(command_timeout)),
     )
+
+
+def _lean_client(
+    client: Redis, connect_timeout: float, command_timeout: float
+) -> RespClient | None:
+    """The lean pipelined connection the scripts run on, for a plain TCP or Unix-socket URL;
+    ``None`` (every call through redis-py) for TLS, which stays redis-py's to configure."""
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    common: dict[str, Any] = {
+        "db": int(kwargs.get("db") or 0),
+        "username": kwargs.get("username") or None,
+        "password": kwargs.get("password"),
+        "connect_timeout": connect_timeout,
+        "command_timeout": command_timeout,
+    }
+    if pool.connection_class is RedisConnection:
+        host, port = kwargs.get("host", "localhost"), int(kwargs.get("port") or 6379)
+        return RespClient(host=host, port=port, where=f"{host}:{port}/{common['db']}", **common)
+    if pool.connection_class is UnixDomainSocketConnection:
+        path = kwargs["path"]
+        return RespClient(path=path, where=f"{path}/{common['db']}", **common)
+    return None

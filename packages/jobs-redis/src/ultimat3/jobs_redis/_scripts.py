@@ -34,6 +34,8 @@ from redis.exceptions import (
 from ultimat3.core import XError
 from ultimat3.jobs._model import COUNTER_TIERS
 
+from ._resp import RespClient
+
 SCRIPT_NAMES: Final[tuple[str, ...]] = (
     "ack",
     "backfill",
@@ -89,7 +91,8 @@ class _Call:
 
 # A server that answers but cannot take the write right now: the backend is unavailable. (So is
 # one that does not speak Redis at all: InvalidResponse, a protocol error.)
-_UNAVAILABLE_REPLIES: Final = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS")
+_UNAVAILABLE_REPLIES: Final = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS",
+                                "NOAUTH", "WRONGPASS")  # fmt: skip
 
 
 @cache
@@ -119,15 +122,27 @@ class ScriptRunner:
     """The client, the key prefix and the registered scripts; every call is one ``EVALSHA``
     (one script run) and every Redis failure leaves as an ``XError``.
 
-    A call made while nothing else is on its way goes out at once, alone. Calls made while one
-    is on its way (the acks and step reads of a worker's runs ending together, say) wait for it
-    and then go together in one pipeline: one round trip for all of them, each still its own
-    atomic script, each answered (or refused) on its own. A caller that stops waiting (it was
+    With ``fast`` (a :class:`~ultimat3.jobs_redis._resp.RespClient`, what the driver makes from a
+    URL) every call goes on its one pipelined connection at once: concurrent calls share it
+    without waiting for each other, each still its own atomic script with its own answer or
+    refusal. A script the server forgot (it restarted) is loaded again and the call re-run, in
+    one round trip.
+
+    Without it (a ``redis.asyncio.Redis`` you passed in), calls go through that client: a call
+    made while nothing else is on its way goes out at once, alone; calls made while one is on its
+    way wait for it and then go together in one pipeline. A caller that stops waiting (it was
     cancelled) never takes the others' calls down with it: a gathered batch is sent by a task of
     its own.
     """
 
-    def __init__(self, client: Redis, prefix: str, *, timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        prefix: str,
+        *,
+        timeout_s: float | None = None,
+        fast: RespClient | None = None,
+    ) -> None:
         self.client = client
         self._timeout_s = timeout_s
         self.base = "{" + prefix + "}:"
@@ -135,6 +150,8 @@ class ScriptRunner:
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(text) for name, text in self._texts.items()
         }
+        self._shas = {name: script.sha for name, script in self._scripts.items()}
+        self._fast = fast
         self._pending: list[_Call] = []
         self._busy = False
         kwargs = client.connection_pool.connection_kwargs
@@ -144,6 +161,22 @@ class ScriptRunner:
         )
 
     async def run(self, name: str, *args: Arg, op: str | None = None) -> Any:
+        fast = self._fast
+        if fast is not None:
+            try:
+                sent = fast.send("EVALSHA", self._shas[name], 1, self.base, *args)
+                reply = await (
+                    fast.call("EVALSHA", self._shas[name], 1, self.base, *args)
+                    if sent is None
+                    else sent
+                )
+                if type(reply) is ResponseError and str(reply).startswith("NOSCRIPT"):
+                    reply = await self._reload(fast, name, args)
+            except RedisError as exc:
+                raise self._wrap(exc, op or name) from exc
+            if isinstance(reply, RedisError):
+                raise self._wrap(reply, op or name) from reply
+            return reply
         what = op or name
         if self._busy:
             call = _Call(name, args, what, asyncio.get_running_loop().create_future())
@@ -235,6 +268,22 @@ class ScriptRunner:
             for name, args in batch:
                 pipe.evalsha(self._scripts[name].sha, 1, self.base, *args)
             return list(await pipe.execute(raise_on_error=False))
+
+    async def _reload(self, fast: RespClient, name: str, args: tuple[Arg, ...]) -> Any:
+        """``SCRIPT LOAD`` and the ``EVALSHA`` again, pipelined: one round trip."""
+        loaded = fast.send("SCRIPT", "LOAD", self._texts[name])
+        again = fast.send("EVALSHA", self._shas[name], 1, self.base, *args)
+        if loaded is None or again is None:  # the connection dropped since: the next one
+            await fast.call("SCRIPT", "LOAD", self._texts[name])
+            return await fast.call("EVALSHA", self._shas[name], 1, self.base, *args)
+        loaded_reply, reply = await asyncio.gather(loaded, again)
+        if isinstance(loaded_reply, RedisError):
+            raise loaded_reply
+        return reply
+
+    async def close(self) -> None:
+        if self._fast is not None:
+            await self._fast.close()
 
     async def run_many(self, name: str, batches: Sequence[Sequence[Arg]], *, op: str) -> list[Any]:
         """One script run per batch, all in one ``MULTI``/``EXEC`` (one round trip, all or
