@@ -34,7 +34,13 @@ from ultimat3.core import (
     use_signal,
 )
 from ultimat3.jobs import MAX_ENQUEUE_BATCH, Concurrency, EnqueueResult, Retry, job, outbox_relay
-from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE, EnqueueRequest
+from ultimat3.jobs.adapter import (
+    JOB_DRIVER,
+    OUTBOX_STORE,
+    ColumnEnqueuer,
+    EnqueueColumns,
+    EnqueueRequest,
+)
 from ultimat3.jobs.drivers.memory import memory_job_driver
 from ultimat3.jobs.drivers.memory_outbox import MemoryTransaction, memory_outbox_store
 from ultimat3.jobs.postgres import transaction
@@ -87,6 +93,13 @@ class SpyDriver:
     ) -> Any:
         self.many_calls.append(len(requests))
         return await self.inner.enqueue_many(requests, connection=connection)
+
+    async def enqueue_columns(self, columns: EnqueueColumns, *, connection: object = None) -> Any:
+        """A batch as columns is one call too; passed on as the inner driver takes it."""
+        self.many_calls.append(len(columns))
+        if isinstance(self.inner, ColumnEnqueuer):
+            return await self.inner.enqueue_columns(columns, connection=connection)
+        return await self.inner.enqueue_many(columns.requests(), connection=connection)
 
 
 @pytest.fixture

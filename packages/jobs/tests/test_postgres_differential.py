@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ultimat3.core import FrozenClock, XError, new_id
-from ultimat3.jobs._model import MAX_JOB_PAGE, EnqueueRequest, NackOutcome
+from ultimat3.jobs._model import MAX_JOB_PAGE, EnqueueColumns, EnqueueRequest, NackOutcome
 from ultimat3.jobs._ports import JobDriver
 from ultimat3.jobs.drivers.memory import memory_job_driver
 from ultimat3.jobs.postgres import migrate, postgres_job_driver
@@ -103,6 +103,52 @@ class Differential(RuleBasedStateMachine):
         """Ids are unique within a batch, as the facade allocates them (ids repeat across
         calls: a republish)."""
         a, b = self.both(lambda d: d.enqueue_many(rs))
+        assert a == b
+
+    @rule(
+        rows=st.lists(
+            st.tuples(
+                st.sampled_from(IDS),
+                st.sampled_from(["k1", "k2", "k3"]),
+                st.sampled_from([None, "t1"]),
+                st.integers(0, 3),
+            ),
+            min_size=1,
+            max_size=6,
+            unique_by=lambda row: row[0],
+        ),
+        name=st.sampled_from(["a", "b"]),
+        queue=st.sampled_from(["q1", "q2"]),
+        run_at_ms=st.sampled_from([PAST, PAST + 10 * HOUR * 24 * 365]),
+    )
+    def enqueue_columns(
+        self,
+        rows: list[tuple[str, str, str | None, int]],
+        name: str,
+        queue: str,
+        run_at_ms: int,
+    ) -> None:
+        """A batch handed to Postgres as columns answers (and leaves) what the memory driver's
+        enqueue_many of the same rows does: keys given twice, live keys and republished ids
+        included."""
+        columns = EnqueueColumns(
+            name=name,
+            queue=queue,
+            max_attempts=2,
+            ids=[row[0] for row in rows],
+            run_ids=[new_id() for _ in rows],
+            payloads=[{"n": row[3]} for row in rows],
+            idempotency_keys=[row[1] for row in rows],
+            tenant_ids=[row[2] for row in rows],
+            run_at_ms=run_at_ms,
+        )
+
+        def call(d: JobDriver) -> Any:
+            if d is self.pg:
+                return self.pg.enqueue_columns(columns)
+            return d.enqueue_many(columns.requests())
+
+        a, b = self.both(call)
         assert a == b
 
     @rule(

@@ -36,7 +36,8 @@ from ultimat3.core import (
 )
 
 from ._compensation import attempts_for
-from ._model import MAX_ENQUEUE_BATCH, EnqueueRequest, EnqueueResult
+from ._model import MAX_ENQUEUE_BATCH, EnqueueColumns, EnqueueRequest, EnqueueResult
+from ._ports import ColumnEnqueuer
 from ._spans import enqueue_span
 from ._trace_context import enqueue_trace_context
 
@@ -108,7 +109,18 @@ async def enqueue_batch(
     delay_ms, run_at_ms = _schedule(job, delay, run_at)
     with enqueue_span(job.name, job.queue, len(inputs)) as traced:
         trace_context = traced.context  # once per call: every row shares the one dict
-        requests = _requests_many(
+        columns = _columns_many(
+            job,
+            inputs,
+            tenant_id=tenant_id,
+            delay_ms=delay_ms,
+            run_at_ms=run_at_ms,
+            as_actor=as_actor,
+            trace_context=trace_context,
+        )
+        if columns is not None:
+            return await _dispatch_columns(columns)
+        requests = _requests_one_by_one(
             job,
             inputs,
             tenant_id=tenant_id,
@@ -219,46 +231,89 @@ def _requests_many(
     as_actor: tuple[Actor | None] | None,
     trace_context: dict[str, str] | None,
 ) -> list[EnqueueRequest]:
-    """``[_request(job, input, index=i, ...) for i, input in enumerate(inputs)]`` in a few calls:
-    one validation and one serialisation of the whole list, one id allocation. When any input
-    fails a check, the inputs go through ``_request`` one by one, so the refusal is the one (and
-    names the index) that path raises."""
+    """``[_request(job, input, index=i, ...) for i, input in enumerate(inputs)]``: the rows of
+    ``_columns_many`` when it builds them, else the one-by-one path (whose refusal names the
+    index)."""
+    columns = _columns_many(
+        job,
+        inputs,
+        tenant_id=tenant_id,
+        delay_ms=delay_ms,
+        run_at_ms=run_at_ms,
+        as_actor=as_actor,
+        trace_context=trace_context,
+    )
+    if columns is not None:
+        return columns.requests()
+    return _requests_one_by_one(
+        job,
+        inputs,
+        tenant_id=tenant_id,
+        delay_ms=delay_ms,
+        run_at_ms=run_at_ms,
+        as_actor=as_actor,
+        trace_context=trace_context,
+    )
+
+
+def _requests_one_by_one(
+    job: Job[Any, Any],
+    inputs: Sequence[object],
+    *,
+    tenant_id: str | None,
+    delay_ms: int | None,
+    run_at_ms: int | None,
+    as_actor: tuple[Actor | None] | None,
+    trace_context: dict[str, str] | None,
+) -> list[EnqueueRequest]:
+    return [
+        _request(
+            job,
+            one,
+            run_id=None,
+            tenant_id=tenant_id,
+            delay_ms=delay_ms,
+            run_at_ms=run_at_ms,
+            as_actor=as_actor,
+            trace_context=trace_context,
+            index=i,
+        )
+        for i, one in enumerate(inputs)
+    ]
+
+
+def _columns_many(
+    job: Job[Any, Any],
+    inputs: Sequence[object],
+    *,
+    tenant_id: str | None,
+    delay_ms: int | None,
+    run_at_ms: int | None,
+    as_actor: tuple[Actor | None] | None,
+    trace_context: dict[str, str] | None,
+) -> EnqueueColumns | None:
+    """The batch as columns, in a few calls: one validation and one serialisation of the whole
+    list, one id allocation, no per-row object. ``None`` when any input fails a check (or the
+    job has a keyed concurrency cap): the caller takes the one-by-one path, so the refusal is
+    the one (and names the index) that path raises."""
     fast = _fast_requests(job, inputs, tenant_id=tenant_id, as_actor=as_actor)
     if fast is None:
-        return [
-            _request(
-                job,
-                one,
-                run_id=None,
-                tenant_id=tenant_id,
-                delay_ms=delay_ms,
-                run_at_ms=run_at_ms,
-                as_actor=as_actor,
-                trace_context=trace_context,
-                index=i,
-            )
-            for i, one in enumerate(inputs)
-        ]
+        return None
     payloads, keys, tenants = fast
     ids = new_ids(2 * len(payloads))
-    name, queue, attempts = job.name, job.queue, attempts_for(job)
-    return [
-        EnqueueRequest(
-            ids[2 * i],
-            ids[2 * i + 1],
-            name,
-            queue,
-            payloads[i],
-            keys[i],
-            attempts,
-            tenants[i],
-            None,
-            delay_ms,
-            run_at_ms,
-            trace_context,
-        )
-        for i in range(len(payloads))
-    ]
+    return EnqueueColumns(
+        name=job.name,
+        queue=job.queue,
+        max_attempts=attempts_for(job),  # retry.attempts, plus the unwind's margin
+        ids=ids[0::2],
+        run_ids=ids[1::2],
+        payloads=payloads,
+        idempotency_keys=keys,
+        tenant_ids=tenants,
+        delay_ms=delay_ms,
+        run_at_ms=run_at_ms,
+        trace_context=trace_context,
+    )
 
 
 def _fast_requests(
@@ -367,6 +422,20 @@ async def _dispatch(requests: list[EnqueueRequest], *, single: bool) -> list[Enq
     if single:
         return [await driver.enqueue(requests[0], connection=connection)]
     return await driver.enqueue_many(requests, connection=connection)
+
+
+async def _dispatch_columns(columns: EnqueueColumns) -> list[EnqueueResult]:
+    """A batch of one job: as columns to a driver that takes them (``ColumnEnqueuer``) on its
+    own pool or connection; as rows everywhere else (another driver, the outbox)."""
+    from .adapter import JOB_DRIVER
+
+    driver = adapter(JOB_DRIVER)
+    connection = current_connection()
+    if isinstance(driver, ColumnEnqueuer) and (
+        connection is None or driver.owns_connection(connection)
+    ):
+        return await driver.enqueue_columns(columns, connection=connection)
+    return await _dispatch(columns.requests(), single=False)
 
 
 def _dedupe_staged(

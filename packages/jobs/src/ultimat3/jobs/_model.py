@@ -8,10 +8,12 @@ milliseconds on the wire to and from the worker (``*_ms``), always read off the 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
+
+from ultimat3.core import XError
 
 JobState = Literal[
     "ready", "delayed", "running", "suspended", "done", "failed", "dead", "cancelled"
@@ -83,6 +85,78 @@ class EnqueueResult:
     id: str
     run_id: str
     deduped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueColumns:
+    """Many runs of ONE job as columns: the shape ``enqueue_many`` builds, handed to a driver
+    that queues it without a per-row object (``ColumnEnqueuer``). Row ``i`` is
+    ``EnqueueRequest(ids[i], run_ids[i], name, queue, payloads[i], idempotency_keys[i],
+    max_attempts, tenant_ids[i], None, delay_ms, run_at_ms, trace_context)``; every column has
+    one entry per row, in input order. :meth:`requests` answers exactly those rows."""
+
+    name: str
+    queue: str
+    max_attempts: int
+    ids: Sequence[str]
+    run_ids: Sequence[str]
+    payloads: Sequence[Any]
+    idempotency_keys: Sequence[str]
+    tenant_ids: Sequence[str | None]
+    delay_ms: int | None = None
+    run_at_ms: int | None = None
+    trace_context: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        size = len(self.ids)
+        lengths = {
+            "run_ids": len(self.run_ids),
+            "payloads": len(self.payloads),
+            "idempotency_keys": len(self.idempotency_keys),
+            "tenant_ids": len(self.tenant_ids),
+        }
+        uneven = {column: n for column, n in lengths.items() if n != size}
+        if uneven:
+            raise XError(
+                "X_INVARIANT",
+                f"EnqueueColumns of job {self.name!r}: {size} ids but "
+                + ", ".join(f"{n} {column}" for column, n in uneven.items()),
+                fix="give every column one entry per row, in the same order",
+                meta={"job": self.name, "ids": size, **uneven},
+            )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def requests(self) -> list[EnqueueRequest]:
+        """The rows as ``EnqueueRequest``s (for a driver, an outbox or a check that takes
+        them one by one)."""
+        name, queue, attempts = self.name, self.queue, self.max_attempts
+        delay_ms, run_at_ms, trace = self.delay_ms, self.run_at_ms, self.trace_context
+        return [
+            EnqueueRequest(
+                id,
+                run_id,
+                name,
+                queue,
+                payload,
+                key,
+                attempts,
+                tenant,
+                None,
+                delay_ms,
+                run_at_ms,
+                trace,
+            )
+            for id, run_id, payload, key, tenant in zip(
+                self.ids,
+                self.run_ids,
+                self.payloads,
+                self.idempotency_keys,
+                self.tenant_ids,
+                strict=True,
+            )
+        ]
 
 
 @dataclass(frozen=True, slots=True)

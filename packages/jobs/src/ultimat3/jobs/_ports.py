@@ -20,6 +20,7 @@ from ._model import (
     ClaimedJob,
     CounterRow,
     CounterTotals,
+    EnqueueColumns,
     EnqueueRequest,
     EnqueueResult,
     ExhaustedJob,
@@ -229,6 +230,19 @@ class TaskFirer(Protocol):
         ``True``. Otherwise nothing is queued or recorded; answers ``False``. Every request is
         checked before anything moves."""
         ...
+
+
+@runtime_checkable
+class ColumnEnqueuer(Protocol):
+    """Optional driver member: ``enqueue_many`` of ONE job handed over as columns
+    (``EnqueueColumns``), so a batch of thousands builds no per-row request object on its way
+    to the driver. Same contract as ``enqueue_many`` of ``columns.requests()``: every row
+    checked before the first write, dedupe on the live key and the id, results in input order.
+    The facade calls it only outside a transaction the driver cannot join."""
+
+    async def enqueue_columns(
+        self, columns: EnqueueColumns, *, connection: object | None = None
+    ) -> list[EnqueueResult]: ...
 
 
 @runtime_checkable

@@ -25,6 +25,7 @@ from ._model import (
     ClaimedJob,
     CounterRow,
     CounterTotals,
+    EnqueueColumns,
     EnqueueRequest,
     EnqueueResult,
     ExhaustedJob,
@@ -43,6 +44,7 @@ from ._model import (
 )
 from ._ports import (
     BackfillLedger,
+    ColumnEnqueuer,
     EventBus,
     ExhaustionReporter,
     JobDriver,
@@ -105,8 +107,10 @@ __all__ = [
     "BackfillRow",
     "BulkResult",
     "ClaimedJob",
+    "ColumnEnqueuer",
     "CounterRow",
     "CounterTotals",
+    "EnqueueColumns",
     "EnqueueRequest",
     "EnqueueResult",
     "EventBus",

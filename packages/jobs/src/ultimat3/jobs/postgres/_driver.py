@@ -19,6 +19,7 @@ from ultimat3.jobs._model import (
     DEPTH_SAMPLE_CAP,
     AckRequest,
     ClaimedJob,
+    EnqueueColumns,
     EnqueueRequest,
     EnqueueResult,
     ExhaustedJob,
@@ -203,6 +204,13 @@ class PostgresJobDriver:
         request is checked before the first write. Two inputs sharing a live key (or an id) are
         one job: the later is deduped onto the earlier."""
         return await self._enqueuer.enqueue_many(requests, self._given(connection))
+
+    async def enqueue_columns(
+        self, columns: EnqueueColumns, *, connection: object | None = None
+    ) -> list[EnqueueResult]:
+        """``enqueue_many`` of one job's batch handed over as columns (``ColumnEnqueuer``): the
+        same statements and answers, without a per-row request object on the way."""
+        return await self._enqueuer.enqueue_columns(columns, self._given(connection))
 
     # --- claim ----------------------------------------------------------------------------
 

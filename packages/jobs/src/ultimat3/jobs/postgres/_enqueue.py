@@ -19,14 +19,20 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any, Final, cast
 
 from psycopg import errors as pg_errors
 
 from ultimat3.core import XError, is_lowercase_uuid
-from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest, EnqueueResult
+from ultimat3.jobs._model import (
+    ENQUEUE_CHUNK,
+    MAX_ENQUEUE_BATCH,
+    EnqueueColumns,
+    EnqueueRequest,
+    EnqueueResult,
+)
 
 from ._db import Conn, Database
 from ._rows import check_text, check_uuid, is_plain_json, json_form, json_text, ms_param
@@ -189,6 +195,72 @@ def _all_plainly_valid(requests: Sequence[EnqueueRequest]) -> bool:
     ):
         return False
     return max(map(len, set(queues))) <= MAX_QUEUE_BYTES // 4
+
+
+def _write_chunk(
+    columns: Sequence[Sequence[Any]],
+    forms: Sequence[Any],
+    traces: Sequence[Mapping[str, str] | None],
+    names: Sequence[tuple[str, str]],
+) -> dict[str, str | None]:
+    """A chunk as the typed arrays `enqueue_many_input` in queries.sql reads: ``columns`` in
+    ``_COLUMNS`` order, one array literal each in input order (joined in C, parsed by the
+    server's array input), and the payloads as ONE json array: one json.dumps here, one parse on
+    the server. ``names`` (id, job name) per row name a payload that holds a NUL."""
+    payloads = json.dumps(list(forms), separators=(",", ":"), ensure_ascii=False)
+    if "\\u0000" in payloads:  # rare: find the payload holding a NUL, if any, and name it
+        for (id, name), form in zip(names, forms, strict=True):
+            json_text(form, what=f"the payload of job {id} ({name})")
+    params: dict[str, str | None] = {
+        name: write(values) for (name, write), values in zip(_COLUMNS, columns, strict=True)
+    }
+    params["payloads"] = payloads
+    if traces.count(None) != len(traces):
+        params["trace_contexts"] = array_text(list(map(_trace_text, traces)))
+    else:
+        params["trace_contexts"] = None
+    return params
+
+
+def _columns_plainly_valid(columns: EnqueueColumns) -> bool:
+    """``_all_plainly_valid`` of ``columns.requests()`` without building them: the job's own
+    fields once, the per-row columns in a few C-level passes."""
+    if not columns.ids:
+        return True
+    first = EnqueueRequest(
+        columns.ids[0],
+        columns.run_ids[0],
+        columns.name,
+        columns.queue,
+        None,
+        columns.idempotency_keys[0],
+        columns.max_attempts,
+        columns.tenant_ids[0],
+        None,
+        columns.delay_ms,
+        columns.run_at_ms,
+    )
+    ids, run_ids = columns.ids, columns.run_ids
+    return (
+        _plainly_valid(first)
+        and _texts_storable(columns.idempotency_keys, _TEXT)
+        and _texts_storable(columns.tenant_ids, _TEXT_OR_NONE)
+        and set(map(type, ids)) == _TEXT
+        and set(map(type, run_ids)) == _TEXT
+        and _UUID_LIST.fullmatch(",".join(ids)) is not None
+        and _UUID_LIST.fullmatch(",".join(run_ids)) is not None
+    )
+
+
+def _columns_distinct(columns: EnqueueColumns) -> bool:
+    """No two rows share a live key (the job's name, the tenant, the key) or an id."""
+    size = len(columns.ids)
+    tenants = columns.tenant_ids
+    if tenants.count(tenants[0]) == size:  # one tenant (or none) for the whole batch
+        keys_distinct = len(set(columns.idempotency_keys)) == size
+    else:
+        keys_distinct = len(set(zip(tenants, columns.idempotency_keys, strict=True))) == size
+    return keys_distinct and len(set(columns.ids)) == size
 
 
 class Enqueuer:
@@ -369,6 +441,66 @@ class Enqueuer:
                 self.owe(queue)
         return [results[i] for i in range(len(requests))]
 
+    async def enqueue_columns(
+        self, columns: EnqueueColumns, conn: Conn | None
+    ) -> list[EnqueueResult]:
+        """``enqueue_many(columns.requests())`` without the rows: when every row passes the
+        batch-wide checks and no two share a live key or an id, each chunk's statement is written
+        straight from the columns. Anything else — a check that must name its row, a key given
+        twice — goes through ``enqueue_many``, whose answer is the same."""
+        size = len(columns)
+        if not size:
+            return []
+        if (
+            size > MAX_ENQUEUE_BATCH
+            or not _columns_plainly_valid(columns)
+            or not _columns_distinct(columns)
+        ):
+            return await self.enqueue_many(columns.requests(), conn)
+        payloads = columns.payloads
+        forms: Sequence[Any] = payloads
+        if not _flat_plain(payloads):
+            name = columns.name
+            forms = [
+                form
+                if is_plain_json(form)
+                else json_form(form, what=f"the payload of job {id} ({name})")
+                for id, form in zip(columns.ids, payloads, strict=True)
+            ]
+        # every chunk's parameters are built (every row checked) before the first statement
+        bounds = [(at, min(at + ENQUEUE_CHUNK, size)) for at in range(0, size, ENQUEUE_CHUNK)]
+        sends = [self.columns_chunk_params(columns, forms, a, b) for a, b in bounds]
+        ids, run_ids = columns.ids, columns.run_ids
+        results: list[EnqueueResult] = []
+        unseen: list[int] = []  # rows whose key's holder committed after the statement began
+        silent: set[str] = set()
+        try:
+            for (start, stop), send in zip(bounds, sends, strict=True):
+                lost = await self._enqueue_chunk(send, stop - start, {columns.queue}, conn, silent)
+                if not lost:  # every row of the chunk was inserted
+                    results.extend(
+                        map(EnqueueResult, ids[start:stop], run_ids[start:stop], repeat(False))
+                    )
+                    continue
+                for position, i in enumerate(range(start, stop), start=1):
+                    outcome = lost.get(position, _INSERTED)
+                    if outcome is _INSERTED:
+                        results.append(EnqueueResult(ids[i], run_ids[i], False))
+                    elif outcome is None:
+                        unseen.append(i)
+                        results.append(EnqueueResult(ids[i], run_ids[i], False))  # replaced below
+                    else:
+                        results.append(EnqueueResult(outcome[0], outcome[1], True))
+        finally:
+            for queue in silent:  # chunks that committed without their notification
+                self.owe(queue)
+        if unseen:
+            rows = columns.requests()
+            again = await self.enqueue_many([rows[i] for i in unseen], conn)
+            for i, result in zip(unseen, again, strict=True):
+                results[i] = result
+        return results
+
     async def _enqueue_round(
         self,
         requests: Sequence[EnqueueRequest],
@@ -447,24 +579,38 @@ class Enqueuer:
 
     @staticmethod
     def chunk_params(chunk: list[EnqueueRequest], forms: list[Any]) -> dict[str, str | None]:
-        """A chunk as the typed arrays `enqueue_many_input` in queries.sql reads, one array
-        literal per column in input order (joined in C, parsed by the server's array input),
-        and the payloads as ONE json array: one json.dumps here, one parse on the server."""
-        payloads = json.dumps(forms, separators=(",", ":"), ensure_ascii=False)
-        if "\\u0000" in payloads:  # rare: find the payload holding a NUL, if any, and name it
-            for r, form in zip(chunk, forms, strict=True):
-                json_text(form, what=f"the payload of job {r.id} ({r.name})")
+        """A chunk of rows as the parameters of `enqueue_many_input` (see ``_write_chunk``)."""
         columns = list(zip(*map(_FIELDS, chunk), strict=True)) or [()] * len(_COLUMNS)
-        params: dict[str, str | None] = {
-            name: write(values) for (name, write), values in zip(_COLUMNS, columns, strict=True)
-        }
-        params["payloads"] = payloads
-        traces = [r.trace_context for r in chunk]
-        if traces.count(None) != len(traces):
-            params["trace_contexts"] = array_text(list(map(_trace_text, traces)))
-        else:
-            params["trace_contexts"] = None
-        return params
+        return _write_chunk(
+            columns, forms, [r.trace_context for r in chunk], [(r.id, r.name) for r in chunk]
+        )
+
+    @staticmethod
+    def columns_chunk_params(
+        columns: EnqueueColumns, forms: Sequence[Any], start: int, stop: int
+    ) -> dict[str, str | None]:
+        """Rows ``start:stop`` of ``columns`` as the parameters of `enqueue_many_input`; the
+        job's own fields (one value for every row) are repeated, not looked up per row."""
+        ids = columns.ids[start:stop]
+        size = len(ids)
+        written = (
+            ids,
+            columns.run_ids[start:stop],
+            [columns.name] * size,
+            [columns.queue] * size,
+            columns.idempotency_keys[start:stop],
+            columns.tenant_ids[start:stop],
+            [None] * size,
+            [columns.max_attempts] * size,
+            [columns.run_at_ms] * size,
+            [columns.delay_ms] * size,
+        )
+        return _write_chunk(
+            written,
+            forms[start:stop],
+            [columns.trace_context] * size,
+            [(id, columns.name) for id in ids],
+        )
 
     async def _enqueue_chunk(
         self,
