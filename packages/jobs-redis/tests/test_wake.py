@@ -1,5 +1,7 @@
-"""The wake listener: a worker polling slowly still picks a job up within milliseconds, only for
-the queues it serves; the listener rides out a Redis restart; a refusal names what is wrong."""
+"""The wake listener (over the driver's lean subscription, and over a redis-py client passed in):
+a worker polling slowly still picks a job up within milliseconds, only for the queues it serves;
+the listener rides out a Redis restart and subscribes with the URL's password; a refusal names
+what is wrong."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ async def until(what: str, ready: Callable[[], bool], *, seconds: float = 10) ->
     raise AssertionError(f"waited {seconds}s for {what}")
 
 
-async def test_an_idle_worker_is_woken_the_moment_a_job_is_due(driver: RedisJobDriver) -> None:
+async def test_an_idle_worker_is_woken_the_moment_a_job_is_due(either: RedisJobDriver) -> None:
+    driver = either
     picked: list[float] = []
 
     async def body(input: At, step: Any, ctx: Any) -> None:
@@ -55,8 +58,9 @@ async def test_an_idle_worker_is_woken_the_moment_a_job_is_due(driver: RedisJobD
 
 
 async def test_a_listener_wakes_only_for_its_queues_and_every_due_making_change(
-    driver: RedisJobDriver, req: Req
+    either: RedisJobDriver, req: Req
 ) -> None:
+    driver = either
     pokes: list[int] = []
     listener = redis_wake_listener(driver, lambda: pokes.append(1), queues=["mail"])
     await listener.start()
@@ -99,6 +103,34 @@ async def test_the_listener_rides_out_a_redis_restart(redis_server: Any, req: Re
     finally:
         await listener.stop()
         await own.close()
+
+
+async def test_the_listener_subscribes_with_the_password_and_logs_a_wrong_one(
+    locked_server: Any, req: Req
+) -> None:
+    good = redis_job_driver(locked_server.url.replace("s3cret pass", "s3cret%20pass"))
+    bad = redis_job_driver(locked_server.url.replace("s3cret pass", "wrong"))
+    listener = redis_wake_listener(good, lambda: None)
+    refused = redis_wake_listener(bad, lambda: None)
+    try:
+        with capture_log_events() as events:
+            await listener.start()
+            await refused.start(timeout_s=0.3)
+            await until("subscribed", lambda: listener.woken == 1)
+            await good.enqueue(req())
+            await until("the wake", lambda: listener.woken == 2)
+            await until(
+                "the refusal logged",
+                lambda: any(e["event"] == "jobs.driver.unavailable" for e in events),
+            )
+        assert refused.woken == 0
+        logged = next(e for e in events if e["event"] == "jobs.driver.unavailable")
+        assert "AuthenticationError" in logged["error"] and "wrong" not in logged["error"]
+    finally:
+        await listener.stop()
+        await refused.stop()
+        await good.close()
+        await bad.close()
 
 
 def test_a_listener_for_something_else_is_refused() -> None:

@@ -29,7 +29,7 @@ import asyncio
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import hiredis
 from redis.exceptions import (
@@ -43,6 +43,8 @@ from redis.exceptions import (
 from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
+
+_P = TypeVar("_P", bound=asyncio.Protocol)
 
 pack_command: Final[Callable[[tuple[Any, ...]], bytes]] = hiredis.pack_command
 """One command in RESP (hiredis's stub types its argument as a 1-tuple: any length is fine)."""
@@ -165,6 +167,73 @@ class _Link(asyncio.Protocol):
         self._drop(RedisConnectionError(f"Connection to {self._where} closed by the driver"))
 
 
+class Subscription(asyncio.Protocol):
+    """A connection in subscriber mode: each message's data goes to ``on_message``."""
+
+    def __init__(self, where: str, on_message: Callable[[bytes], object]) -> None:
+        self._where = where
+        self._on_message = on_message
+        self._reader = hiredis.Reader(protocolError=InvalidResponse, replyError=ResponseError)
+        loop = asyncio.get_running_loop()
+        self.subscribed: asyncio.Future[None] = loop.create_future()
+        self.ended: asyncio.Future[BaseException] = loop.create_future()
+        """Answers (never raises) why the subscription stopped."""
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def send(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        reader = self._reader
+        reader.feed(data)
+        while True:
+            try:
+                reply = reader.gets()
+            except InvalidResponse as exc:
+                self._end(exc)
+                return
+            if reply is False:
+                return
+            if isinstance(reply, ResponseError):
+                self._end(AuthenticationError(f"{self._where} refused the subscription: {reply}"))
+                return
+            if not isinstance(reply, list) or not reply:
+                continue  # +OK to AUTH
+            kind = reply[0]
+            if kind == b"message":
+                try:
+                    self._on_message(reply[2])
+                except Exception as exc:
+                    self._end(exc)
+                    return
+            elif kind == b"subscribe" and not self.subscribed.done():
+                self.subscribed.set_result(None)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f"Connection to {self._where} closed" + ("" if exc is None else f": {exc}")
+        self._end(RedisConnectionError(reason), abort=False)
+
+    def _end(self, exc: BaseException, *, abort: bool = True) -> None:
+        if not self.subscribed.done():
+            self.subscribed.set_exception(exc)
+            self.subscribed.exception()  # retrieved: ended answers it too
+        if not self.ended.done():
+            self.ended.set_result(exc)
+        if abort and self._transport is not None:
+            self._transport.abort()
+
+    def close(self) -> None:
+        self._end(RedisConnectionError(f"Subscription to {self._where} closed by the driver"))
+
+
 class RespClient:
     """One lazily (re)opened pipelined connection; ``call(*args)`` answers the reply."""
 
@@ -224,18 +293,15 @@ class RespClient:
         if not connecting.cancelled() and connecting.exception() is None:
             self._link = connecting.result()
 
-    async def _open(self) -> _Link:
+    async def _dial(self, made: Callable[[], _P]) -> _P:
+        """A connection with protocol ``made()``, within the connect timeout."""
         loop = asyncio.get_running_loop()
-
-        def made() -> _Link:
-            return _Link(self.where, self._command_timeout)
-
         try:
             async with asyncio.timeout(self._connect_timeout):
                 if self._path is not None:
-                    _, link = await loop.create_unix_connection(made, self._path)
+                    _, proto = await loop.create_unix_connection(made, self._path)
                 else:
-                    _, link = await loop.create_connection(
+                    _, proto = await loop.create_connection(
                         made, self._host or "localhost", self._port
                     )
         except TimeoutError as exc:
@@ -244,14 +310,21 @@ class RespClient:
             ) from exc
         except OSError as exc:
             raise RedisConnectionError(f"Error connecting to {self.where}: {exc}") from exc
+        return proto
+
+    def _auth(self) -> tuple[str, ...] | None:
+        if self._password is None:
+            return None
+        if self._username is None:
+            return ("AUTH", self._password)
+        return ("AUTH", self._username, self._password)
+
+    async def _open(self) -> _Link:
+        link = await self._dial(lambda: _Link(self.where, self._command_timeout))
         try:
             greeting = []
-            if self._password is not None:
-                auth: tuple[str, ...] = (
-                    ("AUTH", self._password)
-                    if self._username is None
-                    else ("AUTH", self._username, self._password)
-                )
+            auth = self._auth()
+            if auth is not None:
                 greeting.append(link.request(pack_command(auth)))
             if self._db:
                 greeting.append(link.request(pack_command(("SELECT", self._db))))
@@ -262,6 +335,28 @@ class RespClient:
             link.close()
             raise
         return link
+
+    async def subscribe(self, channel: str, on_message: Callable[[bytes], object]) -> Subscription:
+        """A connection of its own subscribed to ``channel``: ``on_message(data)`` is called from
+        the connection's own read callback for each message (no task in between). Returns once the
+        server confirmed the subscription (within the command timeout); ``ended`` answers why the
+        subscription stopped."""
+        sub = await self._dial(lambda: Subscription(self.where, on_message))
+        try:
+            commands = [pack_command(("SUBSCRIBE", channel))]
+            auth = self._auth()
+            if auth is not None:
+                commands.insert(0, pack_command(auth))
+            sub.send(b"".join(commands))
+            async with asyncio.timeout(self._command_timeout):
+                await asyncio.shield(sub.subscribed)
+        except TimeoutError as exc:
+            sub.close()
+            raise RedisTimeoutError(f"{self.where} did not confirm SUBSCRIBE {channel}") from exc
+        except BaseException:
+            sub.close()
+            raise
+        return sub
 
     async def close(self) -> None:
         connecting, self._connecting = self._connecting, None

@@ -3,7 +3,9 @@
 Every script that makes a job due now (an enqueue, a retry or release without delay, a wake, a
 promotion, a requeue, a resumed queue) publishes the queue's name on the driver's ``{x}:due``
 channel. A :class:`RedisWakeListener` subscribes to it and calls ``wake`` (a worker's
-``worker.wake``) for the queues it serves, so an idle worker passes at once::
+``worker.wake``) for the queues it serves, so an idle worker passes at once. On a driver made from
+a URL the subscription is a lean connection of its own whose read callback calls ``wake`` directly
+(no task in between); over a ``redis.asyncio.Redis`` passed in, that client's pub/sub::
 
     worker = job_worker(jobs=[...], driver=driver)
     await worker.start()
@@ -30,6 +32,7 @@ from ultimat3.core import XError, log_event
 
 from ._codec import text
 from ._driver import RedisJobDriver
+from ._resp import Subscription
 
 _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 5.0
@@ -99,7 +102,40 @@ class RedisWakeListener:
         self.woken += 1
         self._wake()
 
+    def _on_message(self, data: bytes) -> None:
+        if self._queues is None or text(data) in self._queues:
+            self._poke()
+
     async def _listen(self) -> None:
+        fast = self._driver._r._fast
+        if fast is None:
+            await self._listen_through_client()
+            return
+        backoff = _BACKOFF_START_S
+        while True:
+            sub: Subscription | None = None
+            try:
+                sub = await fast.subscribe(self._channel, self._on_message)
+                self._subscribed.set()
+                backoff = _BACKOFF_START_S
+                self._poke()  # whatever was announced while we were not listening
+                raise await sub.ended
+            except (RedisError, OSError) as exc:
+                self._subscribed.clear()
+                log_event(
+                    "jobs.driver.unavailable",
+                    driver="redis",
+                    channel=self._channel,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+            finally:
+                if sub is not None:
+                    sub.close()
+
+    async def _listen_through_client(self) -> None:
+        """The same over a ``redis.asyncio.Redis`` passed in: its pub/sub."""
         backoff = _BACKOFF_START_S
         while True:
             pubsub: Any = self._driver.client.pubsub(ignore_subscribe_messages=True)
