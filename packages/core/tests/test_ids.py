@@ -103,3 +103,44 @@ def test_require_lowercase_uuid_accepts_canonical() -> None:
 def test_any_uuid_str_is_canonical(u: uuid.UUID) -> None:
     assert is_lowercase_uuid(str(u))
     assert not is_lowercase_uuid(str(u).upper()) or str(u) == str(u).upper()
+
+
+@given(
+    n=st.integers(1, 40),
+    tail=st.one_of(
+        st.integers(0, (1 << 74) - 1),
+        # rand_b (the low 62 bits) a few steps short of carrying into rand_a, or rand_a as well
+        # short of carrying into the millisecond
+        st.integers(1, 1 << 40).map(lambda k: (1 << 62) - k),
+        st.integers(1, 1 << 40).map(lambda k: (1 << 74) - k),
+    ),
+    steps=st.binary(min_size=160, max_size=160),
+    behind=st.booleans(),
+)
+def test_new_ids_are_the_values_new_id_would_count_through(
+    n: int, tail: int, steps: bytes, behind: bool
+) -> None:
+    """Whatever the random tail (near a carry or not) and whether the clock is behind the last
+    id, new_ids answers the uuid7s of ``first, first + 1 + step, ...`` written as uuid7_at
+    writes them — the fast path (one head per batch) and the carrying path alike."""
+    import time
+
+    from ultimat3.core import _ids
+
+    ms = time.time_ns() // 1_000_000
+    last = ((ms + 5) << 74) | tail if behind else 0  # an earlier id from "the future"
+    random = tail.to_bytes(10, "big") + steps[: 4 * n]
+    increments = [int.from_bytes(steps[4 * i : 4 * i + 4], "little") for i in range(n)]
+    value = (ms << 74) | tail
+    if value <= last:
+        value = last + 1 + increments[0]
+    expected = [value]
+    for step in increments[1:]:
+        expected.append(expected[-1] + 1 + step)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_ids, "_last", last)
+        patch.setattr(_ids.os, "urandom", lambda size: random[:size])
+        patch.setattr(_ids.time, "time_ns", lambda: ms * 1_000_000)
+        ids = new_ids(n)
+        assert _ids._last == expected[-1]
+    assert ids == [uuid7_at(v >> 74, v & ((1 << 74) - 1)) for v in expected]

@@ -19,6 +19,7 @@ _lock = threading.Lock()
 _last = 0  # (ms << 74) | tail of the last id
 _VERSION_BITS = 0x7 << 76
 _VARIANT_BITS = 0b10 << 62
+_RAND_B_MASK = (1 << 62) - 1
 
 
 def _compose(ms: int, tail: int) -> str:
@@ -65,9 +66,19 @@ def new_ids(n: int) -> list[str]:
         first = (ms << _TAIL_BITS) | (int.from_bytes(raw[:10], "big") & _TAIL_MASK)
         if first <= _last:
             first = _last + 1 + steps[0]
+        # The common case: the 62 low bits (rand_b) do not carry into rand_a over the batch, so
+        # the first 16 hex digits are the same for every id and only the last 16 are written
+        # per id (from one struct.pack); else every value is composed whole.
+        rand_b = first & _RAND_B_MASK
+        lows = list(accumulate((1 + s for s in steps[1:]), initial=_VARIANT_BITS | rand_b))
+        if lows[-1] >> 62 == 0b10:
+            _last = first - rand_b + (lows[-1] & _RAND_B_MASK)
+            head = f"{first >> _TAIL_BITS:012x}7{first >> 62 & 0xFFF:03x}"  # ms, version, rand_a
+            head = f"{head[:8]}-{head[8:12]}-{head[12:16]}-"
+            wide = struct.pack(f">{n}Q", *lows).hex()
+            return [f"{head}{wide[o : o + 4]}-{wide[o + 4 : o + 16]}" for o in range(0, 16 * n, 16)]
         values = list(accumulate((1 + s for s in steps[1:]), initial=first))
         _last = values[-1]
-    rand_b = (1 << 62) - 1
     wide = b"".join(
         [
             (
@@ -75,7 +86,7 @@ def new_ids(n: int) -> list[str]:
                 | _VERSION_BITS
                 | ((v >> 62 & 0xFFF) << 64)
                 | _VARIANT_BITS
-                | (v & rand_b)
+                | (v & _RAND_B_MASK)
             ).to_bytes(16, "big")
             for v in values
         ]
