@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from ultimat3.core import new_id
-from ultimat3.jobs._model import AckRequest, NackOutcome
-from ultimat3.jobs._ports import BatchSettler, JobDriver, QueueSampler
+from ultimat3.jobs._model import AckRequest, EnqueueColumns, NackOutcome
+from ultimat3.jobs._ports import BatchSettler, ColumnEnqueuer, JobDriver, QueueSampler
 
 from ._conformance_base import LONG_VT, ConformanceBase, held_by, refused, uniq
 
@@ -464,6 +464,49 @@ class QueueConformance(ConformanceBase):
         await self.elapse(wait + self.settle_margin_ms)
         again = await self.claim_one(driver, q)
         assert (again.id, again.attempt) == (job.id, 1)
+
+    # --- enqueue as columns (ColumnEnqueuer, optional: tested when the driver has it) ---------
+
+    async def test_enqueue_columns_answers_as_enqueue_many_of_its_rows(
+        self, driver: JobDriver
+    ) -> None:
+        if not isinstance(driver, ColumnEnqueuer):
+            return
+        q = uniq("q")
+        held = self.req(q, name="cols", key="held")
+        await driver.enqueue(held)
+        ids = [new_id() for _ in range(5)]
+        columns = EnqueueColumns(
+            name="cols",
+            queue=q,
+            max_attempts=2,
+            ids=ids,
+            run_ids=[new_id() for _ in ids],
+            payloads=[{"i": i} for i in range(5)],
+            idempotency_keys=["a", "held", "b", "a", "a"],
+            tenant_ids=[None, None, None, None, "t1"],
+        )
+        res = await driver.enqueue_columns(columns)
+        assert [(r.id, r.deduped) for r in res] == [
+            (ids[0], False),
+            (held.id, True),
+            (ids[2], False),
+            (ids[0], True),
+            (ids[4], False),
+        ]
+        assert res[0].run_id == columns.run_ids[0] and res[1].run_id == held.run_id
+        assert await self.counts(driver, q) == {"ready": 4}
+        assert (
+            await driver.enqueue_columns(
+                replace(
+                    columns, ids=[], run_ids=[], payloads=[], idempotency_keys=[], tenant_ids=[]
+                )
+            )
+            == []
+        )
+        claimed = {j.id: j for j in await self.claim(driver, q, limit=10)}
+        assert (claimed[ids[4]].payload, claimed[ids[4]].tenant_id) == ({"i": 4}, "t1")
+        assert claimed[ids[2]].max_attempts == 2
 
     # --- batch settles (BatchSettler, optional: tested when the driver has it) ------------------
 
