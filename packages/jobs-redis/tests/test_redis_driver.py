@@ -20,7 +20,7 @@ from ultimat3.jobs._cursor import job_cursor
 from ultimat3.jobs._model import EnqueueRequest
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 from ultimat3.jobs_redis import _introspect as introspect_module
-from ultimat3.jobs_redis._scripts import SCRIPT_NAMES, script_sources
+from ultimat3.jobs_redis._scripts import SCRIPT_NAMES, _shaken, script_sources
 
 VT = 60_000
 Req = Callable[..., EnqueueRequest]
@@ -62,8 +62,32 @@ def test_each_operation_is_one_lua_file_in_the_package() -> None:
     files = {p.name for p in folder.iterdir() if p.name.endswith(".lua")}
     assert files == {f"{n}.lua" for n in SCRIPT_NAMES} | {"_lib.lua"}
     sources = script_sources()
-    assert all("redis.call('TIME')" in text for text in sources.values())
     assert all("__COUNTER_TIERS__" not in text for text in sources.values())
+    # each script carries what it uses of the prelude, and nothing else
+    assert "local function now_ms()" in sources["enqueue"]
+    assert "local function move(" in sources["enqueue"]  # used through enqueue_pairs
+    assert "local function count(" not in sources["enqueue"]
+    assert "local function count(" in sources["ack"]
+    assert "local function now_ms()" in sources["ack"]  # ack uses count, count uses N, ...
+
+
+def test_a_script_gets_the_prelude_definitions_it_uses_in_order() -> None:
+    prelude = (
+        "-- head\nlocal P = KEYS[1]\n\nlocal function a()\n  return P\nend\n"
+        "local T = { x = true }\nlocal function b()\n  return a() .. 'x'\nend\n"
+        "local function c()\n  return T\nend\nlocal _ = { a, b, c }\n"
+    )
+    shaken = _shaken(prelude, "return b()")
+    assert shaken.startswith("-- head\nlocal P = KEYS[1]")
+    assert shaken.index("local function a") < shaken.index("local function b")
+    assert "local T" not in shaken and "local function c" not in shaken
+    assert "local _" not in shaken
+    assert shaken.endswith("\nreturn b()")
+
+
+async def test_every_script_compiles_on_the_server(driver: RedisJobDriver) -> None:
+    for name, text in script_sources().items():
+        assert await driver.client.script_load(text) == driver._r._shas[name]
 
 
 async def test_the_clock_is_the_servers_not_the_callers(driver: RedisJobDriver, req: Req) -> None:

@@ -45,7 +45,17 @@ from ultimat3.jobs._ports import EXHAUSTED_BUFFER
 from ultimat3.jobs._stepless import Stepless
 
 from ._backfills import RedisBackfillLedger
-from ._codec import compact_json, freeze, live_key, maybe_text, opt, pairs, step_records, text
+from ._codec import (
+    _plain,
+    compact_json,
+    freeze,
+    live_key,
+    maybe_text,
+    opt,
+    pairs,
+    step_records,
+    text,
+)
 from ._import import import_jobs
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
@@ -208,6 +218,51 @@ class RedisJobDriver:
     def _prepare(self, req: EnqueueRequest) -> list[Arg]:
         """Check one request; answers its 2 script arguments (its fields as one JSON array, its
         payload as JSON text). Nothing is written."""
+        id_, run_id, name, key = req.id, req.run_id, req.name, req.idempotency_key
+        attempts, delay_ms, run_at_ms = req.max_attempts, req.delay_ms, req.run_at_ms
+        if not (
+            type(id_) is str
+            and id_
+            and type(run_id) is str
+            and run_id
+            and type(name) is str
+            and name
+            and type(req.queue) is str
+            and req.queue
+            and type(key) is str
+            and key
+            and type(attempts) is int
+            and attempts >= 1
+            and (delay_ms is None or type(delay_ms) is int)
+            and (run_at_ms is None or type(run_at_ms) is int)
+        ):
+            self._check(req)  # what the common case above did not settle: refuses, or passes
+        payload = req.payload
+        if _plain(payload):
+            payload_json = compact_json(payload)
+        else:
+            payload_json = freeze(payload, what=f"the payload of job {id_} ({name})")
+        tenant = req.tenant_id
+        fields = [
+            id_,
+            run_id,
+            name,
+            req.queue,
+            key,
+            attempts,
+            tenant,
+            req.concurrency_key,
+            delay_ms,
+            run_at_ms,
+            live_key(name, tenant, key),
+            req.trace_context,
+        ]
+        return [compact_json(fields), payload_json]
+
+    @staticmethod
+    def _check(req: EnqueueRequest) -> None:
+        """Every field of ``req`` the script relies on, checked one by one: the refusal names the
+        first that is wrong."""
         for field_name in ("id", "run_id", "name", "queue", "idempotency_key"):
             value = getattr(req, field_name)
             if not isinstance(value, str) or not value:
@@ -233,22 +288,6 @@ class RedisJobDriver:
                     "whole number of milliseconds",
                     fix="enqueue through the job handle, with delay= or run_at=",
                 )
-        payload = freeze(req.payload, what=f"the payload of job {req.id} ({req.name})")
-        fields = [
-            req.id,
-            req.run_id,
-            req.name,
-            req.queue,
-            req.idempotency_key,
-            attempts,
-            req.tenant_id,
-            req.concurrency_key,
-            req.delay_ms,
-            req.run_at_ms,
-            live_key(req.name, req.tenant_id, req.idempotency_key),
-            req.trace_context,
-        ]
-        return [compact_json(fields), payload]
 
     @staticmethod
     def _results(reply: Sequence[Any]) -> list[EnqueueResult]:
@@ -261,9 +300,9 @@ class RedisJobDriver:
         self, request: EnqueueRequest, *, connection: object | None = None
     ) -> EnqueueResult:
         """One script run: dedupe on the live key, then on the id, else insert."""
-        args = self._prepare(request)
-        reply = await self._r.run("enqueue", 1, *args, op="enqueue")
-        return self._results(reply)[0]
+        fields, payload = self._prepare(request)
+        reply = await self._r.run("enqueue", 1, fields, payload, op="enqueue")
+        return EnqueueResult(id=text(reply[0]), run_id=text(reply[1]), deduped=bool(reply[2]))
 
     async def enqueue_many(
         self, requests: Sequence[EnqueueRequest], *, connection: object | None = None

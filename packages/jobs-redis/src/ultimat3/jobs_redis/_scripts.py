@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.resources
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -95,14 +96,45 @@ _UNAVAILABLE_REPLIES: Final = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY
                                 "NOAUTH", "WRONGPASS")  # fmt: skip
 
 
+_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.MULTILINE)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _shaken(prelude: str, body: str) -> str:
+    """The prelude's head comment and only the top-level definitions (``local NAME`` / ``local
+    function NAME``, each up to the next) that ``body`` uses, directly or through another, in the
+    prelude's order; then ``body``. Redis runs a script's whole text on every call, so a
+    definition the script never uses would still cost a closure or a table each time."""
+    found = list(_DEFINITION.finditer(prelude))
+    head = prelude[: found[0].start()]
+    blocks: dict[str, str] = {}
+    for m, after in zip(found, [*found[1:], None], strict=True):
+        if m.group(1) != "_":  # `local _ = {...}`: only there to mark the prelude's names used
+            blocks[m.group(1)] = prelude[
+                m.start() : len(prelude) if after is None else after.start()
+            ]
+    uses = {
+        name: {n for n in _NAME.findall(text) if n in blocks and n != name}
+        for name, text in blocks.items()
+    }
+    needed: set[str] = set()
+    todo = [n for n in set(_NAME.findall(body)) if n in blocks]
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(uses[name])
+    return head + "".join(text for name, text in blocks.items() if name in needed) + "\n" + body
+
+
 @cache
 def script_sources() -> dict[str, str]:
-    """Every script's full text: the prelude, then the operation's body."""
+    """Every script's full text: what it uses of the prelude, then the operation's body."""
     folder = importlib.resources.files("ultimat3.jobs_redis").joinpath("lua")
     tiers = "{ " + ", ".join(f"{{ {b}, {k} }}" for b, k in COUNTER_TIERS) + " }"
     prelude = folder.joinpath("_lib.lua").read_text("utf-8").replace("__COUNTER_TIERS__", tiers)
     return {
-        name: prelude + "\n" + folder.joinpath(f"{name}.lua").read_text("utf-8")
+        name: _shaken(prelude, folder.joinpath(f"{name}.lua").read_text("utf-8"))
         for name in SCRIPT_NAMES
     }
 
