@@ -13,6 +13,10 @@ For each system, on a flushed server (no persistence, so no system pays for fsyn
 - **pickup**: an idle worker; 200 jobs enqueued 10 ms apart, each carrying its enqueue time; the
   body notes ``now - then`` (p50, p99).
 
+Before the systems, the **ceiling** of a loop awaiting each reply on this machine: 2,000 bare
+``PING`` round trips one after another over asyncio (a ``Protocol`` with hiredis), and over a
+blocking socket.
+
 Bodies only call ``redis_bench_tasks.seen``; see that module for how they record. Worker settings
 are each peer's defaults (``SETTINGS`` says which). Our worker's ``start()`` starts the driver's
 wake (the ``{x}:due`` channel) itself; one more row shows ours with the polling tightened to 1 ms
@@ -373,6 +377,45 @@ async def measure(system: str, url: str) -> dict[str, Any]:
     return out
 
 
+async def round_trip_ceiling(url: str) -> dict[str, float]:
+    """What one client can do at best on this machine, one round trip after another: a bare
+    ``PING`` through an ``asyncio.Protocol`` with hiredis (the event loop's own cost, nothing
+    else), and through a blocking socket. An enqueue loop awaiting each reply cannot beat the
+    first."""
+    import hiredis
+
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    loop = asyncio.get_running_loop()
+    waiting: list[asyncio.Future[Any]] = []
+    reader = hiredis.Reader()
+
+    class Ping(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            reader.feed(data)
+            while (reply := reader.gets()) is not False:
+                waiting.pop(0).set_result(reply)
+
+    transport, _ = await loop.create_connection(Ping, "127.0.0.1", port)
+    ping = b"*1\r\n$4\r\nPING\r\n"
+    try:
+        started = time.perf_counter()
+        for _ in range(N_LOOP):
+            answer = loop.create_future()
+            waiting.append(answer)
+            transport.write(ping)
+            await answer
+        asyncio_per_s = N_LOOP / (time.perf_counter() - started)
+    finally:
+        transport.close()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        started = time.perf_counter()
+        for _ in range(N_LOOP):
+            sock.sendall(ping)
+            sock.recv(64)
+        blocking_per_s = N_LOOP / (time.perf_counter() - started)
+    return {"asyncio_ping_per_s": asyncio_per_s, "blocking_ping_per_s": blocking_per_s}
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     def f(v: Any, digits: int = 0) -> str:
         return "n/a" if v is None else f"{v:,.{digits}f}"
@@ -394,6 +437,7 @@ async def bench(systems: list[str], url: str | None) -> list[dict[str, Any]]:
     target = url or server.url  # type: ignore[union-attr]
     try:
         rows = []
+        ceiling = await round_trip_ceiling(target)
         for system in systems:
             print(f"... {system}", file=sys.stderr, flush=True)
             rows.append(await measure(system, target))
@@ -401,6 +445,12 @@ async def bench(systems: list[str], url: str | None) -> list[dict[str, Any]]:
         print()
         for r in rows:
             print(f"- {r['system']}: {r['settings']}")
+        print(
+            f"- ceiling, {N_LOOP:,} bare PINGs one after another (before the systems): "
+            f"{ceiling['asyncio_ping_per_s']:,.0f}/s over asyncio, "
+            f"{ceiling['blocking_ping_per_s']:,.0f}/s over a blocking socket"
+        )
+        rows.append({"system": "ceiling", **ceiling})
         return rows
     finally:
         if server is not None:
