@@ -4,6 +4,7 @@ conversions and refusals."""
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from datetime import UTC, datetime
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ultimat3.core import XError, dumps_json
-from ultimat3.jobs_redis._codec import freeze
+from ultimat3.jobs_redis._codec import compact_json, freeze, live_key
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
@@ -76,3 +77,16 @@ def test_a_cycle_is_refused_not_a_crash() -> None:
     cyclic["self"] = cyclic
     with pytest.raises(XError):
         freeze(cyclic, what="v")
+
+
+@given(json_values)
+def test_compact_json_writes_what_the_stdlib_encoder_writes(value: Any) -> None:
+    """The C encoder built once writes exactly what ``json.JSONEncoder(...).encode`` writes (live
+    keys written before it must still match)."""
+    stdlib = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    assert compact_json(value) == stdlib.encode(value)
+
+
+def test_a_live_key_is_written_as_before() -> None:
+    assert live_key("send", None, 'k\u00e9"') == '["send",null,"k\u00e9\\""]'
+    assert live_key("send", "", "1") == '["send","","1"]'

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ultimat3.core import XError, dumps_json, from_epoch_ms
@@ -29,8 +29,29 @@ def opt(value: object | None) -> str:
     return "" if value is None else "=" + str(value)
 
 
-compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""JSON text without spaces or escapes beyond JSON's own (one encoder, made once)."""
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _compact_json_maker() -> Callable[[Any], str]:
+    """``_encoder.encode``, minus the C encoder it builds (and the cycle-check dict it fills) on
+    every call: the same C encoder, built once, without the cycle check. Every value encoded here
+    is acyclic (a payload only after ``_plain``, which a cycle fails) or made by the driver; a
+    Python without the C accelerator keeps ``_encoder.encode``."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has it
+        return _encoder.encode
+    encode = make(None, _encoder.default, json.encoder.encode_basestring, None,
+                  ":", ",", False, False, True)  # fmt: skip
+
+    def compact_json(value: Any) -> str:
+        return "".join(encode(value, 0))
+
+    return compact_json
+
+
+compact_json = _compact_json_maker()
+"""JSON text without spaces or escapes beyond JSON's own: ``json.JSONEncoder(ensure_ascii=False,
+separators=(",", ":")).encode(value)`` exactly, for an acyclic value."""
 
 
 def _plain(value: object) -> bool:
