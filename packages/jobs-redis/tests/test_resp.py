@@ -85,6 +85,15 @@ async def test_concurrent_calls_on_one_connection_each_get_their_own_reply(
         await client.call("DEL", key)
 
 
+async def test_callers_arriving_while_it_connects_share_one_connection() -> None:
+    c = lean()
+    try:
+        ids = await asyncio.gather(*(c.call("CLIENT", "ID") for _ in range(50)))
+        assert len(set(ids)) == 1
+    finally:
+        await c.close()
+
+
 async def test_concurrent_enqueues_through_the_driver_each_get_their_own_row(
     driver: RedisJobDriver, req: Req
 ) -> None:
