@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,7 @@ if str(HERE) not in sys.path:
 
 from engine_drivers import drop_schema, engine, pg_engine  # noqa: E402, F401 - fixtures
 from ultimat3.jobs.postgres import PostgresJobDriver, migrate, postgres_job_driver  # noqa: E402
+from ultimat3.jobs.postgres._db import Database  # noqa: E402
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -60,3 +63,20 @@ async def scratch_schemas(database_url: str) -> AsyncIterator[list[str]]:
     finally:
         for schema in made:
             await drop_schema(database_url, schema)
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts the statements every Postgres driver of the test sends, by name (the throttle's
+    trailing wake, sent on its own timer, is not counted)."""
+    sent: Counter[str] = Counter()
+    for method in ("fetchall", "fetchone", "rowcount"):
+        original = getattr(Database, method)
+
+        async def counted(self: Database, name: str, *a: Any, _o: Any = original, **kw: Any) -> Any:
+            if name != "wake_probe":
+                sent[name] += 1
+            return await _o(self, name, *a, **kw)
+
+        monkeypatch.setattr(Database, method, counted)
+    return sent

@@ -588,9 +588,10 @@ _INPUTS = st.lists(
 def test_the_batch_requests_equal_the_one_by_one_requests(
     inputs: list[dict[str, str]], tenant_id: str | None
 ) -> None:
-    """_requests_many (one validation, one dump, one id allocation) answers what _request per
-    input answers — ids aside — or raises the refusal that path raises, naming the same input."""
-    from ultimat3.jobs._facade import _request, _requests_many
+    """_batch (one validation, one dump, one id allocation, columns) answers the rows _request
+    per input answers — ids aside — or raises the refusal that path raises, naming the same
+    input."""
+    from ultimat3.jobs._facade import _batch, _request
 
     by_note = job(input=Org, idempotency_key=lambda i: i.note, name="by-note", run=_noop)
     for declared in (onboard, untenanted, by_note):
@@ -612,7 +613,7 @@ def test_the_batch_requests_equal_the_one_by_one_requests(
             ]
 
         def batch(declared: Any = declared) -> list[EnqueueRequest]:
-            return _requests_many(
+            built = _batch(
                 declared,
                 inputs,
                 tenant_id=tenant_id,
@@ -621,6 +622,7 @@ def test_the_batch_requests_equal_the_one_by_one_requests(
                 as_actor=None,
                 trace_context=None,
             )
+            return built.requests() if isinstance(built, EnqueueColumns) else built
 
         outcomes = []
         for build in (one_by_one, batch):

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest
 from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, wake_channel
-from ultimat3.jobs.postgres._db import Database
 
 
 def req(i: int = 0, *, queue: str = "q", key: str | None = None, **kw: Any) -> EnqueueRequest:
@@ -30,22 +29,6 @@ def req(i: int = 0, *, queue: str = "q", key: str | None = None, **kw: Any) -> E
         max_attempts=3,
         **kw,
     )
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """Counts the statements every driver sends, by name."""
-    sent: Counter[str] = Counter()
-    for method in ("fetchall", "fetchone", "rowcount"):
-        original = getattr(Database, method)
-
-        async def counted(self: Database, name: str, *a: Any, _o: Any = original, **kw: Any) -> Any:
-            if name != "wake_probe":  # the throttle's trailing wake goes out on its own timer
-                sent[name] += 1
-            return await _o(self, name, *a, **kw)
-
-        monkeypatch.setattr(Database, method, counted)
-    return sent
 
 
 async def test_a_single_enqueue_is_one_statement(

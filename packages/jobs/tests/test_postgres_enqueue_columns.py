@@ -18,7 +18,6 @@ from ultimat3.core import XError, new_id, new_ids, swap_adapter
 from ultimat3.jobs import job
 from ultimat3.jobs.adapter import JOB_DRIVER, EnqueueColumns
 from ultimat3.jobs.postgres import PostgresJobDriver
-from ultimat3.jobs.postgres._db import Database
 from ultimat3.jobs.postgres._enqueue import Enqueuer
 from ultimat3.jobs.postgres._sql import compile_queries
 
@@ -49,21 +48,6 @@ def columns(
         idempotency_keys=keys,
         tenant_ids=tenants if tenants is not None else [None] * len(keys),
     )
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    sent: Counter[str] = Counter()
-    for method in ("fetchall", "fetchone", "rowcount"):
-        original = getattr(Database, method)
-
-        async def counted(self: Database, name: str, *a: Any, _o: Any = original, **kw: Any) -> Any:
-            if name != "wake_probe":
-                sent[name] += 1
-            return await _o(self, name, *a, **kw)
-
-        monkeypatch.setattr(Database, method, counted)
-    return sent
 
 
 @pytest.fixture

@@ -109,7 +109,7 @@ async def enqueue_batch(
     delay_ms, run_at_ms = _schedule(job, delay, run_at)
     with enqueue_span(job.name, job.queue, len(inputs)) as traced:
         trace_context = traced.context  # once per call: every row shares the one dict
-        columns = _columns_many(
+        batch = _batch(
             job,
             inputs,
             tenant_id=tenant_id,
@@ -118,18 +118,9 @@ async def enqueue_batch(
             as_actor=as_actor,
             trace_context=trace_context,
         )
-        if columns is not None:
-            return await _dispatch_columns(columns)
-        requests = _requests_one_by_one(
-            job,
-            inputs,
-            tenant_id=tenant_id,
-            delay_ms=delay_ms,
-            run_at_ms=run_at_ms,
-            as_actor=as_actor,
-            trace_context=trace_context,
-        )
-        return await _dispatch(requests, single=False)
+        if isinstance(batch, EnqueueColumns):
+            return await _dispatch_columns(batch)
+        return await _dispatch(batch, single=False)
 
 
 async def enqueue_requests(requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
@@ -221,7 +212,7 @@ def _request(
     )
 
 
-def _requests_many(
+def _batch(
     job: Job[Any, Any],
     inputs: Sequence[object],
     *,
@@ -230,75 +221,27 @@ def _requests_many(
     run_at_ms: int | None,
     as_actor: tuple[Actor | None] | None,
     trace_context: dict[str, str] | None,
-) -> list[EnqueueRequest]:
-    """``[_request(job, input, index=i, ...) for i, input in enumerate(inputs)]``: the rows of
-    ``_columns_many`` when it builds them, else the one-by-one path (whose refusal names the
-    index)."""
-    columns = _columns_many(
-        job,
-        inputs,
-        tenant_id=tenant_id,
-        delay_ms=delay_ms,
-        run_at_ms=run_at_ms,
-        as_actor=as_actor,
-        trace_context=trace_context,
-    )
-    if columns is not None:
-        return columns.requests()
-    return _requests_one_by_one(
-        job,
-        inputs,
-        tenant_id=tenant_id,
-        delay_ms=delay_ms,
-        run_at_ms=run_at_ms,
-        as_actor=as_actor,
-        trace_context=trace_context,
-    )
-
-
-def _requests_one_by_one(
-    job: Job[Any, Any],
-    inputs: Sequence[object],
-    *,
-    tenant_id: str | None,
-    delay_ms: int | None,
-    run_at_ms: int | None,
-    as_actor: tuple[Actor | None] | None,
-    trace_context: dict[str, str] | None,
-) -> list[EnqueueRequest]:
-    return [
-        _request(
-            job,
-            one,
-            run_id=None,
-            tenant_id=tenant_id,
-            delay_ms=delay_ms,
-            run_at_ms=run_at_ms,
-            as_actor=as_actor,
-            trace_context=trace_context,
-            index=i,
-        )
-        for i, one in enumerate(inputs)
-    ]
-
-
-def _columns_many(
-    job: Job[Any, Any],
-    inputs: Sequence[object],
-    *,
-    tenant_id: str | None,
-    delay_ms: int | None,
-    run_at_ms: int | None,
-    as_actor: tuple[Actor | None] | None,
-    trace_context: dict[str, str] | None,
-) -> EnqueueColumns | None:
+) -> EnqueueColumns | list[EnqueueRequest]:
     """The batch as columns, in a few calls: one validation and one serialisation of the whole
-    list, one id allocation, no per-row object. ``None`` when any input fails a check (or the
-    job has a keyed concurrency cap): the caller takes the one-by-one path, so the refusal is
-    the one (and names the index) that path raises."""
+    list, one id allocation, no per-row object. When any input fails a check (or the job has a
+    keyed concurrency cap) it is ``[_request(job, input, index=i, ...) ...]`` instead, so the
+    refusal is the one (and names the index) that path raises."""
     fast = _fast_requests(job, inputs, tenant_id=tenant_id, as_actor=as_actor)
     if fast is None:
-        return None
+        return [
+            _request(
+                job,
+                one,
+                run_id=None,
+                tenant_id=tenant_id,
+                delay_ms=delay_ms,
+                run_at_ms=run_at_ms,
+                as_actor=as_actor,
+                trace_context=trace_context,
+                index=i,
+            )
+            for i, one in enumerate(inputs)
+        ]
     payloads, keys, tenants = fast
     ids = new_ids(2 * len(payloads))
     return EnqueueColumns(
