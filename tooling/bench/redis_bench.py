@@ -284,6 +284,22 @@ async def flush(url: str) -> None:
         await client.aclose()
 
 
+async def server_stats(url: str, *, reset: bool) -> float:
+    """Microseconds the server spent running commands since the last reset (``INFO
+    commandstats``, every command summed): what the server's side of a loop cost."""
+    import redis.asyncio as aredis
+
+    client = aredis.Redis.from_url(url)
+    try:
+        if reset:
+            await client.config_resetstat()
+            return 0.0
+        stats = await client.info("commandstats")
+        return float(sum(v["usec"] for k, v in stats.items() if k != "cmdstat_info"))
+    finally:
+        await client.aclose()
+
+
 async def wait_result(url: str, seconds: float) -> dict[str, Any]:
     import redis.asyncio as aredis
 
@@ -335,7 +351,9 @@ async def measure(system: str, url: str) -> dict[str, Any]:
             for i in range(N_LOOP):
                 await client.one(float(i))
 
+        await server_stats(url, reset=True)
         out["enqueue_per_s"] = await timed(N_LOOP, loop)
+        out["server_us_per_enqueue"] = await server_stats(url, reset=False) / N_LOOP
         await flush(url)
         if client.bulk:
 
@@ -437,6 +455,7 @@ async def bench(systems: list[str], url: str | None) -> list[dict[str, Any]]:
     target = url or server.url  # type: ignore[union-attr]
     try:
         rows = []
+        await flush(target)  # waits until the server answers
         ceiling = await round_trip_ceiling(target)
         for system in systems:
             print(f"... {system}", file=sys.stderr, flush=True)
@@ -445,6 +464,11 @@ async def bench(systems: list[str], url: str | None) -> list[dict[str, Any]]:
         print()
         for r in rows:
             print(f"- {r['system']}: {r['settings']}")
+        for r in rows:
+            print(
+                f"- {r['system']}: the server spent {r['server_us_per_enqueue']:.0f} us per "
+                "enqueue of the loop running its commands"
+            )
         print(
             f"- ceiling, {N_LOOP:,} bare PINGs one after another (before the systems): "
             f"{ceiling['asyncio_ping_per_s']:,.0f}/s over asyncio, "

@@ -130,3 +130,12 @@ async def test_a_cancelled_caller_takes_no_other_call_down(
     assert isinstance(answers[4], asyncio.CancelledError)
     kept = answers[:4] + answers[5:]
     assert [row.id for row in kept] == [r.id for r in results[:4] + results[5:]]  # type: ignore[union-attr]
+
+
+async def test_an_argument_that_cannot_be_sent_is_refused_naming_the_operation(
+    driver: RedisJobDriver,
+) -> None:
+    with pytest.raises(XError) as caught:
+        await driver._r.run("now", None, op="read the clock")  # type: ignore[arg-type]
+    assert caught.value.code == "X_INVARIANT"
+    assert "'read the clock'" in caught.value.message and caught.value.fix

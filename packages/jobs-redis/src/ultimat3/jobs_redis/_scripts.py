@@ -206,6 +206,14 @@ class ScriptRunner:
                     reply = await self._reload(fast, name, args)
             except RedisError as exc:
                 raise self._wrap(exc, op or name) from exc
+            except TypeError as exc:  # an argument hiredis cannot send (None, a bool, a list)
+                raise XError(
+                    "X_INVARIANT",
+                    f"the Redis job driver's script {op or name!r} got an argument it cannot "
+                    f"send: {exc}",
+                    fix="pass str, int, float or bytes (opt() for an optional value)",
+                    meta={"driver": "redis", "op": op or name},
+                ) from exc
             if isinstance(reply, RedisError):
                 raise self._wrap(reply, op or name) from reply
             return reply
