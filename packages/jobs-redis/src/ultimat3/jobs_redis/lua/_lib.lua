@@ -255,27 +255,41 @@ local function enqueue_pairs(n, at)
         if not run_at then
           run_at = now + (delay or 0)
         end
+        -- A new row: what move() does from no state to a waiting one, in as few calls as it
+        -- takes (this is the hot path of every enqueue): the row with its state in one HSET,
+        -- then its indexes.
+        local state = run_at > now and 'delayed' or 'ready'
         local key = P .. 'j:' .. id
-        redis.call('HSET', key,
+        local stamp = N(now)
+        local row = {
           'id', id, 'run_id', run_id, 'name', name, 'queue', queue,
           'attempts', 0, 'max_attempts', N(f[6]),
-          'run_at', N(run_at), 'created_at', N(now),
-          'idempotency_key', f[5], 'payload', payload, 'lk', lk)
+          'run_at', N(run_at), 'created_at', stamp,
+          'idempotency_key', f[5], 'payload', payload, 'lk', lk,
+          'state', state, 'updated_at', stamp,
+        }
         if tenant then
-          redis.call('HSET', key, 'tenant_id', tenant)
+          row[#row + 1] = 'tenant_id'
+          row[#row + 1] = tenant
         end
         if ckey then
-          redis.call('HSET', key, 'concurrency_key', ckey)
+          row[#row + 1] = 'concurrency_key'
+          row[#row + 1] = ckey
         end
         local trace = field(f[12])
         if trace then
-          redis.call('HSET', key, 'trace_context', cjson.encode(trace))
+          row[#row + 1] = 'trace_context'
+          row[#row + 1] = cjson.encode(trace)
         end
-        local r = { id = id, queue = queue, created_at = now, lk = lk }
-        redis.call('ZADD', P .. 'ix', 0, ixm(now, id))
+        redis.call('HSET', key, unpack(row))
+        local m = ixm(now, id)
+        redis.call('ZADD', P .. 'ix', 0, m)
+        redis.call('ZADD', P .. 'ix:' .. state, 0, m)
+        redis.call('HINCRBY', P .. 'q:' .. queue, state, 1)
+        redis.call('HSET', P .. 'live', lk, id)
+        redis.call('ZADD', P .. 'w:' .. queue, N(run_at), id)
         redis.call('SADD', P .. 'queues', queue)
-        move(r, run_at > now and 'delayed' or 'ready', now, run_at)
-        if run_at <= now then
+        if state == 'ready' then
           due[queue] = true
         end
         out[#out + 1] = id
