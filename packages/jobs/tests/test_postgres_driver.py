@@ -339,6 +339,40 @@ async def test_pool_size_names_the_pools_maximum(database_url: str) -> None:
     await owned.close()
 
 
+async def test_the_drivers_own_pool_reuses_one_cursor_per_connection(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Statements on the driver's own pool go through each connection's one cursor (a new
+    cursor per statement rebuilds its adapters); a closed cursor is replaced, and a caller's
+    pool of plain connections gets a cursor per statement, as conn.execute would."""
+    made: list[Any] = []
+    original = psycopg.AsyncConnection.cursor
+
+    def counting(self: Any, *a: Any, **kw: Any) -> Any:
+        cursor = original(self, *a, **kw)
+        made.append(cursor)
+        return cursor
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "cursor", counting)
+    driver = postgres_job_driver(database_url, schema=pg_schema, min_size=1, max_size=1)
+    try:
+        for i in range(5):
+            await driver.enqueue(req(i))
+        assert len(made) == 1, "one cursor for five statements on one pooled connection"
+        await made[0].close()
+        await driver.enqueue(req(5))
+        assert len(made) == 2 and not made[1].closed
+        assert await driver.now_ms() > 0 and len(made) == 2
+    finally:
+        await driver.close()
+    made.clear()
+    async with AsyncConnectionPool(database_url, min_size=1, max_size=1, open=False) as pool:
+        theirs = postgres_job_driver(pool, schema=pg_schema)
+        for i in range(6, 9):
+            await theirs.enqueue(req(i))
+        assert len(made) == 3
+
+
 async def test_acks_made_together_share_one_statement_each_fenced(
     pg_driver: PostgresJobDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

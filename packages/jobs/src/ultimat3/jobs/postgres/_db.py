@@ -94,6 +94,20 @@ def is_psycopg_async_connection(connection: object) -> bool:
     return isinstance(connection, psycopg.AsyncConnection)
 
 
+class DriverConnection(psycopg.AsyncConnection[Any]):
+    """A connection of the driver's own pool: it keeps one cursor and reuses it statement after
+    statement. ``conn.execute`` makes a new cursor per statement, which builds its adapters'
+    transformer anew (about 25 us a statement here; a single enqueue is ~600 us)."""
+
+    _statement_cursor: psycopg.AsyncCursor[Any] | None = None
+
+    def statement_cursor(self) -> psycopg.AsyncCursor[Any]:
+        cursor = self._statement_cursor
+        if cursor is None or cursor.closed:
+            cursor = self._statement_cursor = self.cursor()
+        return cursor
+
+
 class Database:
     """A pool of connections to one database, plus the statements compiled for one schema."""
 
@@ -187,6 +201,7 @@ class Database:
                 kwargs["application_name"] = "ultimat3.jobs"
             created: Pool = AsyncConnectionPool(
                 self._dsn,
+                connection_class=DriverConnection,
                 kwargs=kwargs,
                 min_size=self._min_size,
                 max_size=self._max_size,
@@ -260,7 +275,10 @@ class Database:
                 last = attempt == ATTEMPTS - 1
                 try:
                     async with self.connection() as c:
-                        return await read(await c.execute(self.q[name], params))
+                        cursor = (
+                            c.statement_cursor() if isinstance(c, DriverConnection) else c.cursor()
+                        )
+                        return await read(await cursor.execute(self.q[name], params))
                 except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                     if last:
                         raise
