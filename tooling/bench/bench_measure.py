@@ -316,7 +316,8 @@ async def measure_latency(system: System, dsn: str) -> dict[str, float]:
     lat = [(starts[i] - committed[i]) / 1e6 for i in committed if i in starts]
     if len(lat) < LATENCY_SAMPLES:
         raise RuntimeError(f"only {len(lat)} of {LATENCY_SAMPLES} jobs were picked up")
-    return {"p50": percentile(lat, 50), "p99": percentile(lat, 99)}
+    # p99 of 200 is the third-worst pickup; the worst is printed beside it
+    return {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "max": max(lat)}
 
 
 async def measure_relay(dsn: str) -> tuple[float, str]:
