@@ -85,6 +85,25 @@ async def test_concurrent_calls_on_one_connection_each_get_their_own_reply(
         await client.call("DEL", key)
 
 
+async def test_replies_split_across_reads_reach_their_callers_whole(
+    client: RespClient, key: str
+) -> None:
+    """Megabyte values among small replies: each arrives over many reads, parsed as it comes."""
+    big = [bytes([65 + i]) * (1_000_000 + i) for i in range(4)]
+    try:
+        await asyncio.gather(*(client.call("SET", f"{key}:{i}", v) for i, v in enumerate(big)))
+        replies = await asyncio.gather(
+            *(
+                client.call("GET", f"{key}:{i // 2}") if i % 2 == 0 else client.call("ECHO", str(i))
+                for i in range(8)
+            )
+        )
+        for i, reply in enumerate(replies):
+            assert reply == (big[i // 2] if i % 2 == 0 else str(i).encode())
+    finally:
+        await client.call("DEL", *(f"{key}:{i}" for i in range(4)))
+
+
 async def test_callers_arriving_while_it_connects_share_one_connection() -> None:
     c = lean()
     try:
