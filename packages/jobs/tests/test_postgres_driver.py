@@ -373,6 +373,39 @@ async def test_the_drivers_own_pool_reuses_one_cursor_per_connection(
         assert len(made) == 3
 
 
+async def test_a_statement_cancelled_mid_flight_costs_the_pool_nothing(
+    database_url: str, pg_schema: str
+) -> None:
+    """The driver's own pool takes its connections back without a commit (they are autocommit);
+    one left mid-statement by a cancelled call is closed and replaced, never handed out again,
+    even with room for one connection only."""
+    driver = postgres_job_driver(database_url, schema=pg_schema, min_size=1, max_size=1)
+    blocker = await psycopg.AsyncConnection.connect(database_url)
+    try:
+        held = req(1)
+        await blocker.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, run_id, name, queue, state, idempotency_key, max_attempts,"
+                " run_at, created_at, updated_at) VALUES (%s, %s, %s, 'q', 'ready', %s, 3, now(),"
+                " now(), now())"
+            ).format(sql.Identifier(pg_schema, "x_jobs")),
+            (held.id, held.run_id, held.name, held.idempotency_key),
+        )  # uncommitted: an enqueue of the same key waits on it
+        waiting = asyncio.ensure_future(driver.enqueue(req(1)))  # the same key: k1
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await blocker.rollback()
+        done = await asyncio.wait_for(driver.enqueue(req(3)), 10)
+        assert not done.deduped
+        assert await driver.now_ms() > 0
+    finally:
+        await blocker.close()
+        await driver.close()
+
+
 async def test_acks_made_together_share_one_statement_each_fenced(
     pg_driver: PostgresJobDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

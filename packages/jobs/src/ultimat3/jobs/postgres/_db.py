@@ -231,8 +231,18 @@ class Database:
             yield given
             return
         pool = await self.open()
-        async with pool.connection() as conn:
+        if not self._owned:
+            async with pool.connection() as conn:  # commits, whatever the caller's pool is set to
+                yield conn
+            return
+        # The driver's own pool is autocommit: there is nothing to commit when the connection
+        # goes back (what pool.connection() would do, ~15 us a statement); putconn rolls back a
+        # connection left inside a transaction and closes one left mid-statement or broken.
+        conn = await pool.getconn()
+        try:
             yield conn
+        finally:
+            await pool.putconn(conn)
 
     @asynccontextmanager
     async def transaction(self, what: str) -> AsyncIterator[Conn]:
