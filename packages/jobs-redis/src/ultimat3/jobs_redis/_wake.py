@@ -121,18 +121,22 @@ class RedisWakeListener:
                 self._poke()  # whatever was announced while we were not listening
                 raise await sub.ended
             except (RedisError, OSError) as exc:
-                self._subscribed.clear()
-                log_event(
-                    "jobs.driver.unavailable",
-                    driver="redis",
-                    channel=self._channel,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                backoff = await self._lost(exc, backoff)
             finally:
                 if sub is not None:
                     sub.close()
+
+    async def _lost(self, exc: BaseException, backoff: float) -> float:
+        """The subscription is gone: log it, wait ``backoff``, answer the next wait."""
+        self._subscribed.clear()
+        log_event(
+            "jobs.driver.unavailable",
+            driver="redis",
+            channel=self._channel,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        await asyncio.sleep(backoff)
+        return min(backoff * 2, _BACKOFF_MAX_S)
 
     async def _listen_through_client(self) -> None:
         """The same over a ``redis.asyncio.Redis`` passed in: its pub/sub."""
@@ -151,15 +155,7 @@ class RedisWakeListener:
                     if self._queues is None or text(message["data"]) in self._queues:
                         self._poke()
             except (RedisError, OSError) as exc:
-                self._subscribed.clear()
-                log_event(
-                    "jobs.driver.unavailable",
-                    driver="redis",
-                    channel=self._channel,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                backoff = await self._lost(exc, backoff)
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     await (getattr(pubsub, "aclose", None) or pubsub.close)()  # redis 5.0.0
