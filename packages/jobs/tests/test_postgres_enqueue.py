@@ -4,9 +4,10 @@ enqueue_many, every refusal before the first write, and the notify that rides th
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest
-from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, wake_channel
+from ultimat3.jobs.postgres import PostgresJobDriver, _enqueue, postgres_job_driver, wake_channel
 
 
 def req(i: int = 0, *, queue: str = "q", key: str | None = None, **kw: Any) -> EnqueueRequest:
@@ -44,11 +45,11 @@ async def test_enqueue_many_sends_one_statement_per_1000_distinct_inputs(
 ) -> None:
     assert ENQUEUE_CHUNK == 1000
     res = await pg_driver.enqueue_many([req(i) for i in range(2500)])
-    assert statements == Counter({"enqueue_many_fresh": 3}) and len(res) == 2500
+    assert statements == Counter({"enqueue_many_blind": 3}) and len(res) == 2500
     statements.clear()
     dupes = [req(i, key=f"d{i % 900}") for i in range(2000)]
     res = await pg_driver.enqueue_many(dupes)
-    assert statements == Counter({"enqueue_many_fresh": 1}), "in-batch duplicates cost nothing"
+    assert statements == Counter({"enqueue_many_blind": 1}), "in-batch duplicates cost nothing"
     assert [r.id for r in res[900:]] == [r.id for r in res[:900]] + [r.id for r in res[:200]]
     assert all(r.deduped for r in res[900:]) and not any(r.deduped for r in res[:900])
 
@@ -61,9 +62,58 @@ async def test_a_batch_meeting_a_taken_id_falls_back_to_the_conflict_tolerant_in
     again = [replace(req(3), id=first[0].id), req(4)]
     res = await pg_driver.enqueue_many(again)
     assert [(r.id, r.deduped) for r in res] == [(first[0].id, True), (again[1].id, False)]
-    assert statements == Counter({"enqueue_many_fresh": 1, "enqueue_many": 1})
+    assert statements == Counter({"enqueue_many_blind": 1, "enqueue_many": 1})
     [stats] = await pg_driver.stats()
     assert stats.ready == 3
+
+
+async def test_a_job_whose_batch_met_a_live_key_probes_its_next_batches(
+    pg_driver: PostgresJobDriver, statements: Counter[str]
+) -> None:
+    """The blind INSERT fails whole on a live key; that job's batches then probe the live keys
+    first (no failed statement while they keep meeting them: each such batch renews the hold),
+    and go blind again once the hold passed."""
+    probing = pg_driver._enqueuer._probing
+    held = await pg_driver.enqueue_many([req(i) for i in range(3)])
+    statements.clear()
+    res = await pg_driver.enqueue_many([req(i) for i in range(5)])  # k0..k2 are live
+    assert statements == Counter({"enqueue_many_blind": 1, "enqueue_many": 1})
+    assert [r.deduped for r in res] == [True, True, True, False, False]
+    assert [r.id for r in res[:3]] == [r.id for r in held]
+    [stats] = await pg_driver.stats()
+    assert stats.ready == 5, "the failed blind statement wrote nothing"
+    assert probing["enq.job"][1] == _enqueue.PROBE_HOLD_S
+    probing["enq.job"] = (time.monotonic() + 1.0, 60.0)  # as if most of the hold had passed
+    statements.clear()
+    again = await pg_driver.enqueue_many([req(i) for i in range(4, 7)])  # k4 is live
+    assert statements == Counter({"enqueue_many_fresh": 1})
+    assert [r.deduped for r in again] == [True, False, False]
+    assert probing["enq.job"][0] > time.monotonic() + 59, "a probed batch meeting one renews"
+    statements.clear()
+    await pg_driver.enqueue_many([req(i) for i in range(7, 9)])
+    assert statements == Counter({"enqueue_many_fresh": 1}), "still held"
+    probing["enq.job"] = (time.monotonic() - 0.001, 60.0)  # the hold passed
+    statements.clear()
+    await pg_driver.enqueue_many([req(i) for i in range(9, 11)])
+    assert statements == Counter({"enqueue_many_blind": 1})
+    probing["enq.job"] = (time.monotonic() + 60, 60.0)
+    other = EnqueueRequest(new_id(), new_id(), "enq.other", "q", {}, "k0", 3)
+    statements.clear()
+    await pg_driver.enqueue_many([other])
+    assert statements == Counter({"enqueue_many_blind": 1}), "the hold is per job"
+
+
+def test_the_probe_hold_doubles_on_each_failed_blind_batch_up_to_an_hour() -> None:
+    enqueuer = _enqueue.Enqueuer(cast(Any, None))
+    holds = []
+    for _ in range(8):
+        enqueuer.met_live({"j"}, again=True)
+        holds.append(enqueuer._probing["j"][1])
+    assert holds == [60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 3600.0, 3600.0]
+    enqueuer.met_live({"j"}, again=False)
+    until, hold = enqueuer._probing["j"]
+    assert hold == 3600.0 and until > time.monotonic() + 3500, "a probed hit renews, not doubles"
+    assert not enqueuer.blind({"j", "k"}) and enqueuer.blind({"k"})
 
 
 async def test_enqueue_many_dedupes_an_id_repeated_in_the_batch(

@@ -326,6 +326,7 @@ REPEATABLE: Final = frozenset(
         "enqueue",
         "enqueue_many",
         "enqueue_many_fresh",
+        "enqueue_many_blind",
         "heartbeat",
         "heartbeat_many",
         "progress",

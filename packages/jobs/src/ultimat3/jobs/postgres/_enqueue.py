@@ -47,6 +47,13 @@ announced by the next one that notifies, or by one trailing notification. A driv
 TRAILING_FACTOR: Final = 1.5
 """When the trailing notification goes out, in windows from the window's start, unless an enqueue
 that notifies came first."""
+PROBE_HOLD_S: Final = 60.0
+"""After a batch of a job met a live key (or an id already taken), that job's batches are sent
+with the probe of the live keys (`enqueue_many_fresh`) rather than blind for this long, doubled
+at each further conflict up to ``PROBE_HOLD_MAX_S``, and renewed while probed batches keep
+meeting live keys: a job that re-enqueues the keys it holds costs one failed statement per hold,
+a job of new keys none."""
+PROBE_HOLD_MAX_S: Final = 3600.0
 MAX_QUEUE_BYTES: Final = 7999
 """A queue name is a NOTIFY payload (under 8000 bytes): a longer one is refused at enqueue, delayed
 or not, rather than stored to fail every later statement that announces its queue."""
@@ -270,6 +277,7 @@ class Enqueuer:
         self._db = db
         self._window_s = window_s
         self._woken: dict[str, float] = {}
+        self._probing: dict[str, tuple[float, float]] = {}  # job name -> (until, hold), monotonic
         self._owed: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle]] = {}
         self._trailing: set[asyncio.Task[None]] = set()
 
@@ -288,6 +296,28 @@ class Enqueuer:
             # its own commit, announces them too
             owed[1].cancel()
         return True
+
+    def blind(self, names: set[str]) -> bool:
+        """Whether a batch of these jobs goes without the probe of the live keys: none of them
+        met a live key within its hold (``PROBE_HOLD_S``)."""
+        probing = self._probing
+        if not probing:
+            return True
+        now = time.monotonic()
+        return not any(name in probing and probing[name][0] > now for name in names)
+
+    def met_live(self, names: set[str], *, again: bool) -> None:
+        """A batch of these jobs met a live key or a taken id: probe their batches for a hold,
+        doubled when a blind batch failed on it (``again``), renewed when a probed one saw it."""
+        probing = self._probing
+        if len(probing) > 10_000:
+            probing.clear()
+        now = time.monotonic()
+        for name in names:
+            hold = probing.get(name, (0.0, 0.0))[1]
+            if again or not hold:
+                hold = min(max(2 * hold, PROBE_HOLD_S), PROBE_HOLD_MAX_S)
+            probing[name] = (now + hold, hold)
 
     def owe(self, queue: str) -> None:
         """A job of ``queue`` committed without a notification: unless an enqueue of the queue
@@ -476,7 +506,9 @@ class Enqueuer:
         silent: set[str] = set()
         try:
             for (start, stop), send in zip(bounds, sends, strict=True):
-                lost = await self._enqueue_chunk(send, stop - start, {columns.queue}, conn, silent)
+                lost = await self._enqueue_chunk(
+                    send, stop - start, {columns.queue}, {columns.name}, conn, silent
+                )
                 if not lost:  # every row of the chunk was inserted
                     results.extend(
                         map(EnqueueResult, ids[start:stop], run_ids[start:stop], repeat(False))
@@ -550,7 +582,8 @@ class Enqueuer:
         later: list[int] = []
         for chunk, send in zip(chunks, sends, strict=True):
             queues = {requests[i].queue for i in chunk}
-            lost = await self._enqueue_chunk(send, len(chunk), queues, conn, silent)
+            names = {requests[i].name for i in chunk}
+            lost = await self._enqueue_chunk(send, len(chunk), queues, names, conn, silent)
             if not lost and not refer:  # every input of the chunk was inserted
                 for i in chunk:
                     req = requests[i]
@@ -617,25 +650,38 @@ class Enqueuer:
         send: dict[str, str | None],
         size: int,
         queues: set[str],
+        names: set[str],
         conn: Conn | None,
         silent: set[str],
     ) -> dict[int, tuple[str, str, bool] | None]:
-        """One statement for one chunk. Answers, by 1-based position, the inputs NOT inserted:
+        """One statement for one chunk (of the jobs ``names``, in ``queues``): on the caller's
+        connection the conflict-tolerant form; on the pool the blind INSERT unless these jobs met
+        a live key lately (then the probing one), each falling back to the conflict-tolerant
+        form on a unique violation. Answers, by 1-based position, the inputs NOT inserted:
         ``(id, run_id, holds_key)`` of the row that won (``holds_key``: it is the live holder of
         the input's key, not only its id), or ``None`` when it is not visible yet."""
         woken = [self.wake_due(q) for q in queues]  # every queue's slot, not the first only
         notify = conn is not None or any(woken)
         params = {**send, "notify": notify}
         what = f"enqueue_many of {size} jobs"
-        if conn is None:
+        if conn is not None:
+            rows = await self._db.fetchall("enqueue_many", params, conn=conn, what=what)
+        elif self.blind(names):
+            try:
+                rows = await self._db.fetchall("enqueue_many_blind", params, what=what)
+            except pg_errors.UniqueViolation:
+                # a key or id is taken (or republished): the statement changed nothing; the
+                # conflict-tolerant form settles it, and these jobs' batches probe for a while
+                self.met_live(names, again=True)
+                rows = await self._db.fetchall("enqueue_many", params, what=what)
+        else:
             try:
                 rows = await self._db.fetchall("enqueue_many_fresh", params, what=what)
             except pg_errors.UniqueViolation:
-                # a key or id was taken meanwhile (or republished): the statement changed
-                # nothing; the conflict-tolerant form settles it
+                # a key or id was taken meanwhile (or republished): as above
                 rows = await self._db.fetchall("enqueue_many", params, what=what)
-        else:
-            rows = await self._db.fetchall("enqueue_many", params, conn=conn, what=what)
+            if len(rows) > 1:  # it still meets live keys: keep probing
+                self.met_live(names, again=False)
         if not notify:
             silent |= queues  # committed without their notification
         return {int(r[0]): (None if r[1] is None else (r[1], r[2], r[5])) for r in rows if r[0]}

@@ -118,11 +118,9 @@ input AS (
         max_attempts, run_at_ms, delay_ms, trace_context, ord)
 )
 
--- name: enqueue_many_answer
--- (fragment) after an `inserted` CTE: the notify, then ONE summary row (ord 0) and one row per
--- input NOT inserted: the row that won its key or id (x_jobs_name_tenant_idempotency_live_idx,
--- x_jobs_pkey) and whether it holds the input's live key, or NULLs when the winner committed
--- after this statement's snapshot. Inserted inputs answer nothing: the caller knows their ids.
+-- name: enqueue_many_summary
+-- (fragment) after an `inserted` CTE: the notify (one per queue with a ready row inserted, when
+-- %(notify)s), then ONE summary row (ord 0): how many rows were inserted, how many notified.
 woken AS (
     SELECT pg_notify({channel}, q.queue)
     FROM (SELECT DISTINCT i.queue FROM inserted i WHERE i.state = 'ready') q
@@ -130,6 +128,13 @@ woken AS (
 )
 SELECT 0::bigint, NULL::text, NULL::text, (SELECT count(*) FROM inserted),
        (SELECT count(*) FROM woken), NULL::boolean
+
+-- name: enqueue_many_answer
+-- (fragment) `enqueue_many_summary`, then one row per input NOT inserted: the row that won its
+-- key or id (x_jobs_name_tenant_idempotency_live_idx, x_jobs_pkey) and whether it holds the
+-- input's live key, or NULLs when the winner committed after this statement's snapshot.
+-- Inserted inputs answer nothing: the caller knows their ids.
+{enqueue_many_summary}
 UNION ALL
 SELECT i.ord, won.id::text, won.run_id::text, NULL, NULL, won.holds_key
 FROM input i
@@ -151,18 +156,11 @@ LEFT JOIN LATERAL (
 ) won ON true
 WHERE ins.id IS NULL
 
--- name: enqueue_many_fresh
--- enqueue_many on a pool connection (autocommit), optimistic: a live key already held is
--- filtered out by a probe of x_jobs_name_tenant_idempotency_live_idx, and the rest is a plain
--- INSERT (no speculative insertion: about a third cheaper than ON CONFLICT). A key or id taken
--- meanwhile fails the whole statement with a unique violation, which changed nothing; the driver
--- then sends `enqueue_many`. Rows go in in key order, so two batches racing on overlapping keys
--- wait on each other in one order and never deadlock. The probe's OFFSET 0 keeps it a subplan,
--- one index lookup per input: pulled up into an anti-join, the planner may hash EVERY live row
--- of the table first (7 ms per call at 16,000 live rows, growing with the backlog).
-WITH {enqueue_many_input},
-inserted AS (
-    INSERT INTO {x_jobs} (
+-- name: enqueue_many_insert
+-- (fragment) the INSERT of the `input` rows (`enqueue_many_input`), new and waiting; each
+-- statement adds its filter, the key order and its conflict handling. Rows go in in key order,
+-- so two batches racing on overlapping keys wait on each other in one order, never deadlock.
+INSERT INTO {x_jobs} (
         id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
         attempts, max_attempts, run_at, created_at, updated_at, trace_context)
     SELECT i.id, i.run_id, i.name, i.queue,
@@ -170,6 +168,35 @@ inserted AS (
            i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
            0, i.max_attempts, i.run_at, now(), now(), i.trace_context
     FROM input i
+
+-- name: enqueue_many_blind
+-- enqueue_many on a pool connection (autocommit) of a job whose recent batches met no live key
+-- (the common case: new keys): the plain INSERT alone, without the probe. A key or id already
+-- taken fails the whole statement with a unique violation, which changed nothing (the rows
+-- written before it are dead tuples for vacuum); the driver then sends `enqueue_many` and, for
+-- a while, probes that job's batches first (`enqueue_many_fresh`; _enqueue.Enqueuer.met_live).
+-- Every input was inserted, or none was: the answer is the summary row alone. Leaving out the
+-- probe saves ~2.3 ms of the ~11 ms the server spends per 1,000 rows (docs/performance.md).
+WITH {enqueue_many_input},
+inserted AS (
+    {enqueue_many_insert}
+    ORDER BY i.name, coalesce(i.tenant_id, ''), i.idempotency_key
+    RETURNING id, queue, state
+),
+{enqueue_many_summary}
+
+-- name: enqueue_many_fresh
+-- enqueue_many on a pool connection (autocommit), optimistic: a live key already held is
+-- filtered out by a probe of x_jobs_name_tenant_idempotency_live_idx, and the rest is a plain
+-- INSERT (no speculative insertion: about a third cheaper than ON CONFLICT). A key or id taken
+-- meanwhile fails the whole statement with a unique violation, which changed nothing; the driver
+-- then sends `enqueue_many`. Sent for a job whose batches met a live key lately (else
+-- `enqueue_many_blind`, without the probe). The probe's OFFSET 0 keeps it a subplan,
+-- one index lookup per input: pulled up into an anti-join, the planner may hash EVERY live row
+-- of the table first (7 ms per call at 16,000 live rows, growing with the backlog).
+WITH {enqueue_many_input},
+inserted AS (
+    {enqueue_many_insert}
     WHERE NOT EXISTS (
         SELECT 1 FROM {x_jobs} j
         WHERE j.name = i.name
@@ -183,19 +210,12 @@ inserted AS (
 {enqueue_many_answer}
 
 -- name: enqueue_many
--- enqueue_many inside the caller's transaction (or after enqueue_many_fresh met a conflict):
+-- enqueue_many inside the caller's transaction (or after a statement above met a conflict):
 -- INSERT ... ON CONFLICT DO NOTHING on the live key and the id, so a conflict never aborts the
 -- transaction. Key order, as above.
 WITH {enqueue_many_input},
 inserted AS (
-    INSERT INTO {x_jobs} (
-        id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
-        attempts, max_attempts, run_at, created_at, updated_at, trace_context)
-    SELECT i.id, i.run_id, i.name, i.queue,
-           CASE WHEN i.run_at > now() THEN 'delayed' ELSE 'ready' END,
-           i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
-           0, i.max_attempts, i.run_at, now(), now(), i.trace_context
-    FROM input i
+    {enqueue_many_insert}
     ORDER BY i.name, coalesce(i.tenant_id, ''), i.idempotency_key
     ON CONFLICT DO NOTHING
     RETURNING id, queue, state
@@ -908,14 +928,7 @@ fired AS (
     RETURNING f.task
 ),
 inserted AS (
-    INSERT INTO {x_jobs} (
-        id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
-        attempts, max_attempts, run_at, created_at, updated_at, trace_context)
-    SELECT i.id, i.run_id, i.name, i.queue,
-           CASE WHEN i.run_at > now() THEN 'delayed' ELSE 'ready' END,
-           i.payload, i.idempotency_key, i.tenant_id, i.concurrency_key,
-           0, i.max_attempts, i.run_at, now(), now(), i.trace_context
-    FROM input i
+    {enqueue_many_insert}
     WHERE EXISTS (SELECT 1 FROM fired)
     ORDER BY i.name, coalesce(i.tenant_id, ''), i.idempotency_key
     ON CONFLICT DO NOTHING
