@@ -35,9 +35,37 @@ def req(i: int = 0, *, queue: str = "q", key: str | None = None, **kw: Any) -> E
 async def test_a_single_enqueue_is_one_statement(
     pg_driver: PostgresJobDriver, statements: Counter[str]
 ) -> None:
-    await pg_driver.enqueue(req(1))
-    await pg_driver.enqueue(req(1))
-    assert statements == Counter({"enqueue": 2})
+    first = await pg_driver.enqueue(req(1))
+    assert statements == Counter({"enqueue": 1})
+    again = await pg_driver.enqueue(req(1))
+    assert statements == Counter({"enqueue": 2, "enqueue_holder": 1}), "a dedupe reads the winner"
+    assert (again.id, again.run_id, again.deduped) == (first.id, first.run_id, True)
+    republished = await pg_driver.enqueue(replace(req(2), id=first.id))
+    assert (republished.id, republished.deduped) == (first.id, True), "the same id is the job"
+
+
+async def test_a_single_enqueue_whose_holder_finished_meanwhile_asks_again(
+    pg_driver: PostgresJobDriver, statements: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The INSERT met the live holder, which finished before the read-back: the enqueue is sent
+    again and queues a new job, as it would have a moment later."""
+    first = await pg_driver.enqueue(req(1))
+    db = pg_driver._enqueuer._db
+    fetchone = db.fetchone
+    finished = False
+
+    async def finish_first(name: str, params: Any, **kw: Any) -> Any:
+        nonlocal finished
+        if name == "enqueue_holder" and not finished:
+            finished = True
+            await pg_driver.introspect.cancel(first.id)  # the holder leaves the live states
+        return await fetchone(name, params, **kw)
+
+    monkeypatch.setattr(db, "fetchone", finish_first)
+    statements.clear()
+    again = await pg_driver.enqueue(req(1))
+    assert not again.deduped and again.id != first.id
+    assert statements == Counter({"enqueue": 2, "enqueue_holder": 1, "cancel": 1})
 
 
 async def test_enqueue_many_sends_one_statement_per_1000_distinct_inputs(

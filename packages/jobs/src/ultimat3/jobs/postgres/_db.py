@@ -306,6 +306,7 @@ ATTEMPTS: Final = 3
 REPEATABLE: Final = frozenset(
     {
         # reads
+        "enqueue_holder",
         "now_ms",
         "stats",
         "sample_queues",

@@ -411,18 +411,22 @@ class Enqueuer:
         }
 
     async def enqueue(self, request: EnqueueRequest, conn: Conn | None) -> EnqueueResult:
-        """One statement, one commit (or none: on ``conn`` the caller commits)."""
+        """One statement, one commit (or none: on ``conn`` the caller commits); a deduped
+        enqueue reads the row that won in a second."""
         params = self.params(request)
         notify = params["notify"] = conn is not None or self.wake_due(request.queue)
+        what = f"enqueue of job {request.id}"
         for _ in range(3):
-            row = await self._db.fetchone(
-                "enqueue", params, conn=conn, what=f"enqueue of job {request.id}"
-            )
+            row = await self._db.fetchone("enqueue", params, conn=conn, what=what)
             if row is not None:
-                if not notify and not row[2]:
+                if not notify:
                     self.owe(request.queue)  # committed (autocommit) without its notification
-                return EnqueueResult(id=row[0], run_id=row[1], deduped=row[2])
-            # The row that won the key committed after this statement's snapshot: ask again.
+                return EnqueueResult(id=row[0], run_id=row[1], deduped=False)
+            won = await self._db.fetchone("enqueue_holder", params, conn=conn, what=what)
+            if won is not None:
+                return EnqueueResult(id=won[0], run_id=won[1], deduped=True)
+            # The row that won finished meanwhile, or committed after this transaction's
+            # snapshot: ask again.
         raise XError(
             "X_DRIVER_UNAVAILABLE",
             f"enqueue of job {request.id}: its key is held by a row this transaction cannot see",

@@ -46,46 +46,43 @@ counted AS (
 SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
 
 -- name: enqueue
--- One job, one statement. ON CONFLICT DO NOTHING covers both the live key
--- (x_jobs_name_tenant_idempotency_live_idx) and a republished id (x_jobs_pkey); when nothing
--- was inserted the second branch reads the row that won back through the same two indexes.
--- The notify is transactional: delivered at commit, never on a rollback.
-WITH input AS (
+-- One job, one statement: a plain INSERT ... ON CONFLICT DO NOTHING, which covers both the live
+-- key (x_jobs_name_tenant_idempotency_live_idx) and a republished id (x_jobs_pkey). The notify
+-- rides the RETURNING of a ready row: transactional, delivered at commit, never on a rollback.
+-- Nothing returned: the key or the id is held, and the driver reads the row that won with
+-- `enqueue_holder`. No CTE and no second branch: the executor's cost of those was ~40 of ~90 us
+-- per enqueue (EXPLAIN ANALYZE, docs/performance.md).
+INSERT INTO {x_jobs} (
+    id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
+    attempts, max_attempts, run_at, created_at, updated_at, trace_context)
+SELECT %(id)s::uuid, %(run_id)s::uuid, %(name)s, %(queue)s,
+       CASE WHEN input.run_at > now() THEN 'delayed' ELSE 'ready' END,
+       %(payload)s::jsonb, %(idempotency_key)s, %(tenant_id)s, %(concurrency_key)s,
+       0, %(max_attempts)s, input.run_at, now(), now(), %(trace_context)s::jsonb
+FROM (
     SELECT coalesce(
         to_timestamp(0) + %(run_at_ms)s::bigint * interval '1 millisecond',
         now() + greatest(coalesce(%(delay_ms)s::bigint, 0), 0) * interval '1 millisecond'
     ) AS run_at
-),
-inserted AS (
-    INSERT INTO {x_jobs} (
-        id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
-        attempts, max_attempts, run_at, created_at, updated_at, trace_context)
-    SELECT %(id)s::uuid, %(run_id)s::uuid, %(name)s, %(queue)s,
-           CASE WHEN input.run_at > now() THEN 'delayed' ELSE 'ready' END,
-           %(payload)s::jsonb, %(idempotency_key)s, %(tenant_id)s, %(concurrency_key)s,
-           0, %(max_attempts)s, input.run_at, now(), now(), %(trace_context)s::jsonb
-    FROM input
-    ON CONFLICT DO NOTHING
-    RETURNING id, run_id, queue, state
-),
-woken AS (
-    SELECT pg_notify({channel}, i.queue) FROM inserted i WHERE %(notify)s AND i.state = 'ready'
-)
-SELECT i.id::text, i.run_id::text, false, (SELECT count(*) FROM woken)
-FROM inserted i
-UNION ALL
-(
-    SELECT j.id::text, j.run_id::text, true, 0
-    FROM {x_jobs} j
-    WHERE NOT EXISTS (SELECT 1 FROM inserted)
-      AND (j.id = %(id)s::uuid
-           OR (j.name = %(name)s
-               AND coalesce(j.tenant_id, '') = coalesce(%(tenant_id)s, '')
-               AND j.idempotency_key = %(idempotency_key)s
-               AND j.state IN ('ready', 'delayed', 'running', 'suspended')))
-    ORDER BY j.id = %(id)s::uuid  -- the live holder of the key first, then the same id
-    LIMIT 1
-)
+) input
+ON CONFLICT DO NOTHING
+RETURNING id::text, run_id::text,
+          CASE WHEN %(notify)s AND state = 'ready' THEN pg_notify({channel}, queue) END
+
+-- name: enqueue_holder
+-- After `enqueue` inserted nothing: the row that won, the live holder of the key first
+-- (x_jobs_name_tenant_idempotency_live_idx), then the row with the same id (x_jobs_pkey). No
+-- row: the holder finished (or committed after this transaction's snapshot) in between, and the
+-- driver sends `enqueue` again.
+SELECT j.id::text, j.run_id::text
+FROM {x_jobs} j
+WHERE j.id = %(id)s::uuid
+   OR (j.name = %(name)s
+       AND coalesce(j.tenant_id, '') = coalesce(%(tenant_id)s, '')
+       AND j.idempotency_key = %(idempotency_key)s
+       AND j.state IN ('ready', 'delayed', 'running', 'suspended'))
+ORDER BY j.id = %(id)s::uuid
+LIMIT 1
 
 -- name: enqueue_many_input
 -- (fragment) up to ENQUEUE_CHUNK requests (deduplicated by key and id in Python first) as typed
