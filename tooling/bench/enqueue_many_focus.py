@@ -1,6 +1,7 @@
 """A focused run of ONE step of pg_bench.py: ``job.enqueue_many`` of 1,000 no-op jobs (the bench's
 job and inputs), ``--calls`` times, on a schema of its own on the ``--dsn`` server (table emptied
 between calls, outside the timing). Prints the median rows/s and the median client CPU per call.
+With ``--single`` each call is 1,000 awaited ``job.enqueue`` instead (pg_bench's single step).
 
     uv run python tooling/bench/enqueue_many_focus.py --ours-ref 03c7b59 --calls 50   # before
     uv run python tooling/bench/enqueue_many_focus.py --ours-ref HEAD --calls 50      # after
@@ -28,7 +29,7 @@ SNAPSHOTS = HERE.parents[1] / ".x" / "bench-snapshot"
 BULK = 1000
 
 
-async def _measure(dsn: str, calls: int) -> tuple[float, float]:
+async def _measure(dsn: str, calls: int, single: bool) -> tuple[float, float]:
     import psycopg
     from pydantic import BaseModel
 
@@ -58,7 +59,11 @@ async def _measure(dsn: str, calls: int) -> tuple[float, float]:
                     await admin.execute(f'TRUNCATE "{schema}".x_jobs CASCADE')
                     batch = [{"n": call * BULK + k} for k in range(BULK)]
                     c0, t0 = time.process_time(), time.perf_counter()
-                    await declared.enqueue_many(batch)
+                    if single:
+                        for one in batch:
+                            await declared.enqueue(one)
+                    else:
+                        await declared.enqueue_many(batch)
                     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                     if call >= 2:
                         walls.append(wall)
@@ -74,6 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ours-ref", action="append", help="commit(s) to measure (default HEAD)")
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--single", action="store_true", help="1,000 job.enqueue a call")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
         "--dsn",
@@ -82,7 +88,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        wall, cpu = asyncio.run(_measure(args.dsn, args.calls))
+        wall, cpu = asyncio.run(_measure(args.dsn, args.calls, args.single))
         print(f"{BULK / wall:.0f} {wall * 1000:.2f} {cpu * 1000:.2f}")
         return
     sys.path.insert(0, str(HERE))
@@ -105,6 +111,7 @@ def main() -> None:
                     str(args.calls),
                     "--dsn",
                     args.dsn,
+                    *(["--single"] if args.single else []),
                 ],
                 env=env,
                 capture_output=True,
