@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ultimat3.core import XError, new_id
+from ultimat3.core import XError, capture_log_events, new_id
 from ultimat3.jobs._model import ENQUEUE_CHUNK, MAX_ENQUEUE_BATCH, EnqueueRequest
 from ultimat3.jobs.postgres import PostgresJobDriver, _enqueue, postgres_job_driver, wake_channel
 
@@ -104,8 +104,11 @@ async def test_a_job_whose_batch_met_a_live_key_probes_its_next_batches(
     probing = pg_driver._enqueuer._probing
     held = await pg_driver.enqueue_many([req(i) for i in range(3)])
     statements.clear()
-    res = await pg_driver.enqueue_many([req(i) for i in range(5)])  # k0..k2 are live
+    with capture_log_events() as events:
+        res = await pg_driver.enqueue_many([req(i) for i in range(5)])  # k0..k2 are live
     assert statements == Counter({"enqueue_many_blind": 1, "enqueue_many": 1})
+    probing_events = [e for e in events if e["event"] == "jobs.enqueue.probing"]
+    assert [(e["job"], e["hold_s"]) for e in probing_events] == [("enq.job", 60.0)]
     assert [r.deduped for r in res] == [True, True, True, False, False]
     assert [r.id for r in res[:3]] == [r.id for r in held]
     [stats] = await pg_driver.stats()

@@ -24,6 +24,7 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.settle.unowned": "warning",
         "jobs.claim.exhausted": "warning",
         "jobs.wake.live": "info",
+        "jobs.enqueue.probing": "info",
         "jobs.wake.unverified": "warning",
         "jobs.outbox.publish-failed": "error",
         "jobs.on-settled.failed": "error",

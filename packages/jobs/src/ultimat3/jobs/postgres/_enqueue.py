@@ -25,7 +25,7 @@ from typing import Any, Final, cast
 
 from psycopg import errors as pg_errors
 
-from ultimat3.core import XError, is_lowercase_uuid
+from ultimat3.core import XError, is_lowercase_uuid, log_event
 from ultimat3.jobs._model import (
     ENQUEUE_CHUNK,
     MAX_ENQUEUE_BATCH,
@@ -313,10 +313,12 @@ class Enqueuer:
         if len(probing) > 10_000:
             probing.clear()
         now = time.monotonic()
-        for name in names:
+        for name in sorted(names):
             hold = probing.get(name, (0.0, 0.0))[1]
             if again or not hold:
                 hold = min(max(2 * hold, PROBE_HOLD_S), PROBE_HOLD_MAX_S)
+            if again:
+                log_event("jobs.enqueue.probing", job=name, hold_s=hold)
             probing[name] = (now + hold, hold)
 
     def owe(self, queue: str) -> None:
