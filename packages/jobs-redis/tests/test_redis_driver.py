@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from ultimat3.core import FrozenClock, XError, new_id, use_clock
 from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs._model import EnqueueRequest, EnqueueResult
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 from ultimat3.jobs_redis import _introspect as introspect_module
 from ultimat3.jobs_redis._scripts import SCRIPT_NAMES, _shaken, script_sources
@@ -65,7 +65,8 @@ def test_each_operation_is_one_lua_file_in_the_package() -> None:
     assert all("__COUNTER_TIERS__" not in text for text in sources.values())
     # each script carries what it uses of the prelude, and nothing else
     assert "local function now_ms()" in sources["enqueue"]
-    assert "local function move(" in sources["enqueue"]  # used through enqueue_pairs
+    assert "local function enqueue_pairs(" in sources["enqueue"]
+    assert "local function move(" not in sources["enqueue"]  # only named in a comment there
     assert "local function count(" not in sources["enqueue"]
     assert "local function count(" in sources["ack"]
     assert "local function now_ms()" in sources["ack"]  # ack uses count, count uses N, ...
@@ -83,6 +84,10 @@ def test_a_script_gets_the_prelude_definitions_it_uses_in_order() -> None:
     assert "local T" not in shaken and "local function c" not in shaken
     assert "local _" not in shaken
     assert shaken.endswith("\nreturn b()")
+    # a name only mentioned in a comment pulls nothing in
+    assert "local function c" not in _shaken(prelude, "-- unlike c()\nreturn b()")
+    commented = prelude.replace("return a()", "return a() -- c")
+    assert "local function c" not in _shaken(commented, "return b()")
 
 
 async def test_every_script_compiles_on_the_server(driver: RedisJobDriver) -> None:
@@ -150,6 +155,29 @@ async def test_a_row_lost_under_its_live_key_frees_the_key(
     await driver.client.delete("{" + driver.prefix + "}:j:" + first.id)
     second = await driver.enqueue(req(key="k"))
     assert not second.deduped and second.id != first.id
+
+
+async def test_a_republish_under_another_key_holds_no_live_entry(
+    driver: RedisJobDriver, req: Req
+) -> None:
+    """The id dedupes a republish whose key differs; that key stays free for the next enqueue
+    (the script takes the live key first, then gives it back)."""
+    first = await driver.enqueue(req(key="a"))
+    again = await driver.enqueue(dataclasses.replace(req(key="b"), id=first.id))
+    assert again == EnqueueResult(id=first.id, run_id=first.run_id, deduped=True)
+    assert not (await driver.enqueue(req(key="b"))).deduped
+
+
+async def test_every_queue_enqueued_to_is_counted_in_stats(
+    driver: RedisJobDriver, req: Req
+) -> None:
+    """A queue's first row (and the first of a state) notes the queue; later rows of it need not."""
+    await driver.enqueue_many([req(queue="a"), req(queue="a"), req(queue="b", delay_ms=60_000)])
+    await driver.enqueue(req(queue="b"))
+    assert [(s.queue, s.ready, s.delayed) for s in await driver.stats()] == [
+        ("a", 2, 0),
+        ("b", 1, 1),
+    ]
 
 
 # --- refusals --------------------------------------------------------------------------------

@@ -216,8 +216,9 @@ class RedisJobDriver:
     # --- enqueue --------------------------------------------------------------------------
 
     def _prepare(self, req: EnqueueRequest) -> list[Arg]:
-        """Check one request; answers its 2 script arguments (its fields as one JSON array, its
-        payload as JSON text). Nothing is written."""
+        """Check one request; answers its 13 script arguments (``enqueue.lua`` names them: the
+        optional ones as ``opt()`` sends them, the trace context and the payload as JSON text).
+        Nothing is written."""
         id_, run_id, name, key = req.id, req.run_id, req.name, req.idempotency_key
         attempts, delay_ms, run_at_ms = req.max_attempts, req.delay_ms, req.run_at_ms
         if not (
@@ -242,22 +243,22 @@ class RedisJobDriver:
             payload_json = compact_json(payload)
         else:
             payload_json = freeze(payload, what=f"the payload of job {id_} ({name})")
-        tenant = req.tenant_id
-        fields = [
+        tenant, concurrency_key, trace = req.tenant_id, req.concurrency_key, req.trace_context
+        return [
             id_,
             run_id,
             name,
             req.queue,
             key,
             attempts,
-            tenant,
-            req.concurrency_key,
-            delay_ms,
-            run_at_ms,
+            opt(tenant),
+            opt(concurrency_key),
+            opt(delay_ms),
+            opt(run_at_ms),
             live_key(name, tenant, key),
-            req.trace_context,
+            "" if trace is None else "=" + compact_json(trace),
+            payload_json,
         ]
-        return [compact_json(fields), payload_json]
 
     @staticmethod
     def _check(req: EnqueueRequest) -> None:
@@ -300,8 +301,7 @@ class RedisJobDriver:
         self, request: EnqueueRequest, *, connection: object | None = None
     ) -> EnqueueResult:
         """One script run: dedupe on the live key, then on the id, else insert."""
-        fields, payload = self._prepare(request)
-        reply = await self._r.run("enqueue", 1, fields, payload, op="enqueue")
+        reply = await self._r.run("enqueue", 1, *self._prepare(request), op="enqueue")
         return EnqueueResult(id=text(reply[0]), run_id=text(reply[1]), deduped=bool(reply[2]))
 
     async def enqueue_many(

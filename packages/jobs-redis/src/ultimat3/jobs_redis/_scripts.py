@@ -98,12 +98,14 @@ _UNAVAILABLE_REPLIES: Final = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY
 
 _DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_COMMENT = re.compile(r"--[^\n]*")  # a name only mentioned in a comment is not a use
 
 
 def _shaken(prelude: str, body: str) -> str:
     """The prelude's head comment and only the top-level definitions (``local NAME`` / ``local
     function NAME``, each up to the next) that ``body`` uses, directly or through another, in the
-    prelude's order; then ``body``. Redis runs a script's whole text on every call, so a
+    prelude's order; then ``body``. A name in a comment (``--`` to the line's end) is no use of
+    it. Redis runs a script's whole text on every call, so a
     definition the script never uses would still cost a closure or a table each time."""
     found = list(_DEFINITION.finditer(prelude))
     head = prelude[: found[0].start()]
@@ -114,11 +116,11 @@ def _shaken(prelude: str, body: str) -> str:
                 m.start() : len(prelude) if after is None else after.start()
             ]
     uses = {
-        name: {n for n in _NAME.findall(text) if n in blocks and n != name}
+        name: {n for n in _NAME.findall(_COMMENT.sub("", text)) if n in blocks and n != name}
         for name, text in blocks.items()
     }
     needed: set[str] = set()
-    todo = [n for n in set(_NAME.findall(body)) if n in blocks]
+    todo = [n for n in set(_NAME.findall(_COMMENT.sub("", body))) if n in blocks]
     while todo:
         name = todo.pop()
         if name not in needed:

@@ -214,60 +214,65 @@ end
 local _ = { now_ms, N, opt, lt, ixm, hgetall, load, held, move, forget_wait, delete_row, count,
   fill, row_flat, announce, LIVE, WAITING, TERMINAL }
 
--- enqueue's body, shared by enqueue.lua and fire_task.lua: n requests, each as two arguments from
--- ARGV[at] on (its fields as one JSON array, its payload). Dedupe on the live key first (first
--- payload wins), then on the id (an outbox republish). Answers a flat array: id, run_id, deduped
--- (0/1) per request, in input order.
-local function field(v)
-  if v == cjson.null then
-    return nil
-  end
-  return v
-end
+-- enqueue's body, shared by enqueue.lua and fire_task.lua: n requests, each as ENQUEUE_ARGS
+-- arguments from ARGV[at] on: id, run_id, name, queue, idempotency_key, max_attempts, tenant_id,
+-- concurrency_key, delay_ms, run_at_ms, live key, trace context (JSON text), payload (JSON text,
+-- stored as given); the optional ones (tenant_id to trace context) as opt() takes them. Dedupe
+-- on the live key first (first payload wins), then on the id (an outbox republish). Answers a
+-- flat array: id, run_id, deduped (0/1) per request, in input order.
+local ENQUEUE_ARGS = 13
 
 local function enqueue_pairs(n, at)
   local now = now_ms()
+  local stamp = N(now)
   local out = {}
   local due = {}
+  local live = P .. 'live'
   for i = 0, n - 1 do
-    local f = cjson.decode(ARGV[at + i * 2])
-    local payload = ARGV[at + 1 + i * 2]
-    local id, run_id, name, queue = f[1], f[2], f[3], f[4]
-    local lk = f[11]
-    local holder = redis.call('HGET', P .. 'live', lk)
-    local holder_run = holder and redis.call('HGET', P .. 'j:' .. holder, 'run_id')
-    if holder and holder_run then
+    local a = at + i * ENQUEUE_ARGS
+    local id, run_id, queue, lk = ARGV[a], ARGV[a + 1], ARGV[a + 3], ARGV[a + 10]
+    -- The live key taken for this request in one call; when another holds it, that one answers
+    -- (unless its row is gone: a dangling entry, a row evicted under maxmemory).
+    local took = redis.call('HSETNX', live, lk, id) == 1
+    local holder, holder_run
+    if not took then
+      holder = redis.call('HGET', live, lk)
+      holder_run = redis.call('HGET', P .. 'j:' .. holder, 'run_id')
+    end
+    if holder_run then
       out[#out + 1] = holder
       out[#out + 1] = holder_run
       out[#out + 1] = 1
     else
-      if holder then
-        redis.call('HDEL', P .. 'live', lk) -- a dangling entry (a row evicted under maxmemory)
-      end
-      local same_run = redis.call('HGET', P .. 'j:' .. id, 'run_id')
+      local key = P .. 'j:' .. id
+      local same_run = redis.call('HGET', key, 'run_id')
       if same_run then
+        -- An outbox republish of a row that is no longer live: no live entry for it.
+        redis.call('HDEL', live, lk)
         out[#out + 1] = id
         out[#out + 1] = same_run
         out[#out + 1] = 1
       else
-        local tenant, ckey = field(f[7]), field(f[8])
-        local delay, run_at = field(f[9]), field(f[10])
-        if not run_at then
-          run_at = now + (delay or 0)
+        if not took then
+          redis.call('HSET', live, lk, id) -- over the dangling entry
         end
-        -- A new row: what move() does from no state to a waiting one, in as few calls as it
-        -- takes (this is the hot path of every enqueue): the row with its state in one HSET,
-        -- then its indexes.
+        local run_at = opt(ARGV[a + 9])
+        if run_at then
+          run_at = tonumber(run_at)
+        else
+          run_at = now + (tonumber(opt(ARGV[a + 8])) or 0)
+        end
+        -- A new row: the row with its state in one HSET, then its indexes (the hot path of
+        -- every enqueue: as few calls as it takes).
         local state = run_at > now and 'delayed' or 'ready'
-        local key = P .. 'j:' .. id
-        local stamp = N(now)
         local row = {
-          'id', id, 'run_id', run_id, 'name', name, 'queue', queue,
-          'attempts', 0, 'max_attempts', N(f[6]),
+          'id', id, 'run_id', run_id, 'name', ARGV[a + 2], 'queue', queue,
+          'attempts', 0, 'max_attempts', ARGV[a + 5],
           'run_at', N(run_at), 'created_at', stamp,
-          'idempotency_key', f[5], 'payload', payload, 'lk', lk,
+          'idempotency_key', ARGV[a + 4], 'payload', ARGV[a + 12], 'lk', lk,
           'state', state, 'updated_at', stamp,
         }
+        local tenant, ckey, trace = opt(ARGV[a + 6]), opt(ARGV[a + 7]), opt(ARGV[a + 11])
         if tenant then
           row[#row + 1] = 'tenant_id'
           row[#row + 1] = tenant
@@ -276,19 +281,20 @@ local function enqueue_pairs(n, at)
           row[#row + 1] = 'concurrency_key'
           row[#row + 1] = ckey
         end
-        local trace = field(f[12])
         if trace then
           row[#row + 1] = 'trace_context'
-          row[#row + 1] = cjson.encode(trace)
+          row[#row + 1] = trace
         end
         redis.call('HSET', key, unpack(row))
         local m = ixm(now, id)
         redis.call('ZADD', P .. 'ix', 0, m)
         redis.call('ZADD', P .. 'ix:' .. state, 0, m)
-        redis.call('HINCRBY', P .. 'q:' .. queue, state, 1)
-        redis.call('HSET', P .. 'live', lk, id)
+        -- The queue's first row in this state: note the queue too (the set only ever grows, so
+        -- a count already past 1 means the queue is in it).
+        if redis.call('HINCRBY', P .. 'q:' .. queue, state, 1) == 1 then
+          redis.call('SADD', P .. 'queues', queue)
+        end
         redis.call('ZADD', P .. 'w:' .. queue, N(run_at), id)
-        redis.call('SADD', P .. 'queues', queue)
         if state == 'ready' then
           due[queue] = true
         end

@@ -1,4 +1,4 @@
--- fire_task: ARGV = task, occurrence_ms, n, then enqueue's two arguments per request. ONE script,
+-- fire_task: ARGV = task, occurrence_ms, n, then enqueue's 13 arguments per request. ONE script,
 -- so one atomic step: the task's watermark moves only when occurrence_ms is later than the
 -- recorded one, and the occurrence's jobs are enqueued (enqueue's own dedupe) only when it moved.
 -- A paused task (the 'pt' set) does not fire. Every request was checked by the driver before the
