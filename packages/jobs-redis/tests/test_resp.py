@@ -298,3 +298,46 @@ async def test_auth_and_select_on_connecting(locked_server: Any, req: Req, how: 
         assert "wrong" not in caught.value.message
     finally:
         await wrong.close()
+
+
+class _PlainTransport:
+    """A stream transport that is no ``asyncio.Transport`` subclass (uvloop's is not)."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_a_transport_that_is_no_asyncio_transport_subclass_carries_the_calls() -> None:
+    """uvloop's transports do not subclass ``asyncio.Transport``: the connection and the
+    subscription take them as they are (no ``isinstance`` check refusing them)."""
+    from ultimat3.jobs_redis._resp import Subscription, _Link
+
+    transport = _PlainTransport()
+    link = _Link("plain", 5.0)
+    link.connection_made(transport)  # type: ignore[arg-type]
+    answer = link.request(b"*1\r\n$4\r\nPING\r\n")
+    assert transport.written == [b"*1\r\n$4\r\nPING\r\n"]
+    link.data_received(b"+PONG\r\n")
+    assert await answer == b"PONG"
+    link.close()
+    assert transport.aborted
+
+    messages: list[bytes] = []
+    sub = Subscription("plain", messages.append)
+    sub.connection_made(_PlainTransport())  # type: ignore[arg-type]
+    sub.data_received(
+        b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nq\r\n"
+    )
+    await sub.subscribed
+    assert messages == [b"q"]
+    sub.close()

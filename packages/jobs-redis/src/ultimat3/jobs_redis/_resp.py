@@ -29,7 +29,7 @@ import asyncio
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import hiredis
 from redis.exceptions import (
@@ -67,8 +67,8 @@ class _Link(asyncio.Protocol):
     # --- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (not necessarily an asyncio.Transport subclass: uvloop's is not).
+        self._transport = cast(asyncio.Transport, transport)
         self.open = True
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -181,8 +181,7 @@ class Subscription(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's: no asyncio subclass
 
     def send(self, data: bytes) -> None:
         assert self._transport is not None
