@@ -40,6 +40,7 @@ from ._model import MAX_ENQUEUE_BATCH, EnqueueColumns, EnqueueRequest, EnqueueRe
 from ._ports import ColumnEnqueuer
 from ._spans import enqueue_span
 from ._trace_context import enqueue_trace_context
+from .adapter import JOB_DRIVER, OUTBOX_STORE
 
 if TYPE_CHECKING:
     from ._declare import Job
@@ -196,9 +197,13 @@ def _request(
             exc.code, exc.message + where, fix=exc.fix, meta={**exc.meta, "index": index}
         ) from exc
     tenant = _tenant(job, parsed, tenant_id=tenant_id, as_actor=as_actor, where=where)
+    if run_id is None:
+        id_, run_id = new_ids(2)  # what two new_id() calls within one ms answer, for less
+    else:
+        id_ = new_id()
     return EnqueueRequest(
-        id=new_id(),
-        run_id=run_id if run_id is not None else new_id(),
+        id=id_,
+        run_id=run_id,
         name=job.name,
         queue=job.queue,
         payload=job.payload_of(parsed),
@@ -344,8 +349,6 @@ def _tenant(
 
 
 async def _dispatch(requests: list[EnqueueRequest], *, single: bool) -> list[EnqueueResult]:
-    from .adapter import JOB_DRIVER, OUTBOX_STORE
-
     driver = adapter(JOB_DRIVER)
     connection = current_connection()
     if connection is not None and not driver.owns_connection(connection):
@@ -370,8 +373,6 @@ async def _dispatch(requests: list[EnqueueRequest], *, single: bool) -> list[Enq
 async def _dispatch_columns(columns: EnqueueColumns) -> list[EnqueueResult]:
     """A batch of one job: as columns to a driver that takes them (``ColumnEnqueuer``) on its
     own pool or connection; as rows everywhere else (another driver, the outbox)."""
-    from .adapter import JOB_DRIVER
-
     driver = adapter(JOB_DRIVER)
     connection = current_connection()
     if isinstance(driver, ColumnEnqueuer) and (
