@@ -343,8 +343,9 @@ async def test_the_drivers_own_pool_reuses_one_cursor_per_connection(
     database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Statements on the driver's own pool go through each connection's one cursor (a new
-    cursor per statement rebuilds its adapters); a closed cursor is replaced, and a caller's
-    pool of plain connections gets a cursor per statement, as conn.execute would."""
+    cursor per statement rebuilds its adapters), the single enqueue's through none (lean); a
+    closed cursor is replaced, and a caller's pool of plain connections gets a cursor per
+    statement, the enqueue's too, as conn.execute would."""
     made: list[Any] = []
     original = psycopg.AsyncConnection.cursor
 
@@ -358,11 +359,14 @@ async def test_the_drivers_own_pool_reuses_one_cursor_per_connection(
     try:
         for i in range(5):
             await driver.enqueue(req(i))
+        assert made == [], "the single enqueue's statements go lean, through no cursor"
+        for _ in range(5):
+            await driver.now_ms()
         assert len(made) == 1, "one cursor for five statements on one pooled connection"
         await made[0].close()
-        await driver.enqueue(req(5))
+        await driver.now_ms()
         assert len(made) == 2 and not made[1].closed
-        assert await driver.now_ms() > 0 and len(made) == 2
+        assert (await driver.stats())[0].ready == 5 and len(made) == 2
     finally:
         await driver.close()
     made.clear()
@@ -401,6 +405,9 @@ async def test_a_statement_cancelled_mid_flight_costs_the_pool_nothing(
         done = await asyncio.wait_for(driver.enqueue(req(3)), 10)
         assert not done.deduped
         assert await driver.now_ms() > 0
+        await asyncio.sleep(0.2)
+        [stats] = await driver.stats()
+        assert stats.ready == 1, "the cancelled enqueue was cancelled on the server too"
     finally:
         await blocker.close()
         await driver.close()
