@@ -36,12 +36,22 @@ async def test_a_single_enqueue_is_one_statement(
     pg_driver: PostgresJobDriver, statements: Counter[str]
 ) -> None:
     first = await pg_driver.enqueue(req(1))
-    assert statements == Counter({"enqueue": 1})
+    assert statements == Counter({"enqueue_blind": 1}), "a new key: one plain INSERT"
+    statements.clear()
     again = await pg_driver.enqueue(req(1))
-    assert statements == Counter({"enqueue": 2, "enqueue_holder": 1}), "a dedupe reads the winner"
+    assert statements == Counter({"enqueue_blind": 1, "enqueue": 1, "enqueue_holder": 1}), (
+        "the blind INSERT met the key: ON CONFLICT, then the winner read back"
+    )
     assert (again.id, again.run_id, again.deduped) == (first.id, first.run_id, True)
+    statements.clear()
     republished = await pg_driver.enqueue(replace(req(2), id=first.id))
     assert (republished.id, republished.deduped) == (first.id, True), "the same id is the job"
+    assert statements == Counter({"enqueue": 1, "enqueue_holder": 1}), "the job is held: no blind"
+    statements.clear()
+    await pg_driver.enqueue(replace(req(3), name="enq.other"))
+    assert statements == Counter({"enqueue_blind": 1}), "the hold is per job"
+    [stats] = await pg_driver.stats()
+    assert stats.ready == 2
 
 
 async def test_a_single_enqueue_whose_holder_finished_meanwhile_asks_again(
@@ -65,7 +75,9 @@ async def test_a_single_enqueue_whose_holder_finished_meanwhile_asks_again(
     statements.clear()
     again = await pg_driver.enqueue(req(1))
     assert not again.deduped and again.id != first.id
-    assert statements == Counter({"enqueue": 2, "enqueue_holder": 1, "cancel": 1})
+    assert statements == Counter(
+        {"enqueue_blind": 1, "enqueue": 2, "enqueue_holder": 1, "cancel": 1}
+    )
 
 
 async def test_enqueue_many_sends_one_statement_per_1000_distinct_inputs(

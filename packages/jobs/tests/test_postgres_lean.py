@@ -129,5 +129,15 @@ async def test_statements_deallocated_under_it_are_prepared_again(
             await conn.execute("ROLLBACK")  # outside a transaction: a warning, and a clear
         third = await driver.enqueue(req(2))
         assert (third.id, third.deduped) == (second.id, True)
+        async with driver._db.connection() as conn:
+            await conn.execute("DEALLOCATE x_enqueue_blind")  # one gone, the others kept
+            await conn.execute("DEALLOCATE x_enqueue_holder")
+        fourth = await driver.enqueue(req(4))
+        assert not fourth.deduped
+        async with driver._db.connection() as conn:
+            assert isinstance(conn, DriverConnection)
+            conn._lean_prepared = frozenset()  # as if it forgot one still prepared
+        fifth = await driver.enqueue(req(4))
+        assert (fifth.id, fifth.deduped) == (fourth.id, True)
     finally:
         await driver.close()

@@ -133,16 +133,18 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
             for again in (False, True):
                 if name not in self._lean_prepared:
                     pgconn.send_prepare(statement.name, statement.query)
-                    await self._lean_result(encoding)
+                    with suppress(pg_errors.DuplicatePreparedStatement):  # prepared before
+                        await self._lean_result(encoding)
                     self._lean_prepared = self._lean_prepared | {name}
                 pgconn.send_query_prepared(statement.name, values)
                 try:
                     result = await self._lean_result(encoding)
                     break
                 except pg_errors.InvalidSqlStatementName:
-                    # psycopg deallocates every prepared statement of its connection after a
-                    # ROLLBACK, a DROP or an ALTER it ran there: prepare ours again, once
-                    self._lean_prepared = frozenset()
+                    # psycopg deallocates every prepared statement of its connection (at its
+                    # next statement there) after a ROLLBACK, a DROP or an ALTER it ran: this
+                    # one is gone, maybe not the ones prepared since; prepare it again, once
+                    self._lean_prepared = self._lean_prepared - {name}
                     if again:
                         raise
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -252,7 +254,7 @@ async def _ready(loop: asyncio.AbstractEventLoop, fileno: int, *, write: bool) -
             loop.remove_reader(fileno)
 
 
-LEAN: Final = frozenset({"enqueue", "enqueue_holder"})
+LEAN: Final = frozenset({"enqueue", "enqueue_blind", "enqueue_holder"})
 """The statements a driver-owned connection runs through ``DriverConnection.lean_fetchone``:
 the single enqueue's, where the client's cost per statement is most of the caller's wait."""
 
@@ -484,6 +486,7 @@ REPEATABLE: Final = frozenset(
         "backfill_list",
         # writes whose repeat changes nothing more (an enqueue dedupes on its own id)
         "enqueue",
+        "enqueue_blind",
         "enqueue_many",
         "enqueue_many_fresh",
         "enqueue_many_blind",

@@ -414,16 +414,33 @@ class Enqueuer:
 
     async def enqueue(self, request: EnqueueRequest, conn: Conn | None) -> EnqueueResult:
         """One statement, one commit (or none: on ``conn`` the caller commits); a deduped
-        enqueue reads the row that won in a second."""
+        enqueue reads the row that won in a second. On the pool, a job whose enqueues met no
+        held key lately is inserted blind (``enqueue_blind``); a unique violation sends it
+        through ``enqueue`` (ON CONFLICT), as every enqueue of that job for a hold."""
         params = self.params(request)
         notify = params["notify"] = conn is not None or self.wake_due(request.queue)
         what = f"enqueue of job {request.id}"
+        names = {request.name}
+        if conn is None and self.blind(names):
+            try:
+                row = await self._db.fetchone("enqueue_blind", params, what=what)
+            except pg_errors.UniqueViolation:
+                # the key or the id is taken: nothing was written; this job's enqueues go
+                # through ON CONFLICT for a while
+                self.met_live(names, again=True)
+            else:
+                assert row is not None  # a plain INSERT ... RETURNING answers its row
+                if not notify:
+                    self.owe(request.queue)  # committed (autocommit) without its notification
+                return EnqueueResult(id=row[0], run_id=row[1], deduped=False)
         for _ in range(3):
             row = await self._db.fetchone("enqueue", params, conn=conn, what=what)
             if row is not None:
                 if not notify:
                     self.owe(request.queue)  # committed (autocommit) without its notification
                 return EnqueueResult(id=row[0], run_id=row[1], deduped=False)
+            if conn is None:
+                self.met_live(names, again=False)  # still meeting held keys: keep the hold
             won = await self._db.fetchone("enqueue_holder", params, conn=conn, what=what)
             if won is not None:
                 return EnqueueResult(id=won[0], run_id=won[1], deduped=True)

@@ -45,13 +45,9 @@ counted AS (
 -- name: now_ms
 SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
 
--- name: enqueue
--- One job, one statement: a plain INSERT ... ON CONFLICT DO NOTHING, which covers both the live
--- key (x_jobs_name_tenant_idempotency_live_idx) and a republished id (x_jobs_pkey). The notify
--- rides the RETURNING of a ready row: transactional, delivered at commit, never on a rollback.
--- Nothing returned: the key or the id is held, and the driver reads the row that won with
--- `enqueue_holder`. No CTE and no second branch: the executor's cost of those was ~40 of ~90 us
--- per enqueue (EXPLAIN ANALYZE, docs/performance.md).
+-- name: enqueue_insert
+-- (fragment) one job's row, new and waiting; `enqueue` and `enqueue_blind` add their conflict
+-- handling and `enqueue_returning`.
 INSERT INTO {x_jobs} (
     id, run_id, name, queue, state, payload, idempotency_key, tenant_id, concurrency_key,
     attempts, max_attempts, run_at, created_at, updated_at, trace_context)
@@ -65,9 +61,32 @@ FROM (
         now() + greatest(coalesce(%(delay_ms)s::bigint, 0), 0) * interval '1 millisecond'
     ) AS run_at
 ) input
-ON CONFLICT DO NOTHING
+
+-- name: enqueue_returning
+-- (fragment) the inserted row's id and run id; the notify rides it for a ready row:
+-- transactional, delivered at commit, never on a rollback.
 RETURNING id::text, run_id::text,
           CASE WHEN %(notify)s AND state = 'ready' THEN pg_notify({channel}, queue) END
+
+-- name: enqueue
+-- One job, one statement: a plain INSERT ... ON CONFLICT DO NOTHING, which covers both the live
+-- key (x_jobs_name_tenant_idempotency_live_idx) and a republished id (x_jobs_pkey). Nothing
+-- returned: the key or the id is held, and the driver reads the row that won with
+-- `enqueue_holder`. No CTE and no second branch: the executor's cost of those was ~40 of ~90 us
+-- per enqueue (EXPLAIN ANALYZE, docs/performance.md). Sent inside the caller's transaction, and
+-- on the pool for a job whose enqueues met a live key lately.
+{enqueue_insert}
+ON CONFLICT DO NOTHING
+{enqueue_returning}
+
+-- name: enqueue_blind
+-- One job on a pool connection (autocommit), for a job whose enqueues met no live key lately:
+-- the INSERT without ON CONFLICT (no speculative insertion: ~10 us less execution and one WAL
+-- record fewer). A key or id already taken fails it with a unique violation, having changed
+-- nothing; the driver then sends `enqueue` and, for a while, sends that job's enqueues so
+-- (_enqueue.Enqueuer.met_live, as for `enqueue_many_blind`).
+{enqueue_insert}
+{enqueue_returning}
 
 -- name: enqueue_holder
 -- After `enqueue` inserted nothing: the row that won, the live holder of the key first
