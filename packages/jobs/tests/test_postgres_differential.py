@@ -3,8 +3,9 @@ claims, acks, nacks, cancels, requeues and promotes go to both drivers, and ever
 match — enqueue results, which jobs a claim hands out (and at which attempt), whether a settle
 lands, and the rows (state, attempts) and per-queue stats after every step.
 
-Time never decides anything here (the memory driver's clock is frozen, the server's is not): due
-times are fixed instants in the past or an hour ahead, and leases never lapse."""
+Time decides nothing but order here (the memory driver's clock moves 1 ms a step, the server's
+as it will): due times are fixed instants in the past or years ahead, a row promoted or requeued
+is due at its driver's "now" (so, on both, in the order it happened), and leases never lapse."""
 
 from __future__ import annotations
 
@@ -57,14 +58,18 @@ class Differential(RuleBasedStateMachine):
         self.schema = f"x_diff_{uuid.uuid4().hex[:12]}"
         self.run(migrate(DSN, schema=self.schema))
         self.pg = postgres_job_driver(DSN, schema=self.schema, max_size=2)
-        self.mem = memory_job_driver(clock=FrozenClock(PAST + HOUR))
+        self.clock = FrozenClock(PAST + HOUR)
+        self.mem = memory_job_driver(clock=self.clock)
         self.claims: dict[str, dict[str, tuple[str, str]]] = {"pg": {}, "mem": {}}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
 
     def both(self, call: Any) -> tuple[Any, Any]:
-        """``call(driver)`` on both; an XError must be the same code on both."""
+        """``call(driver)`` on both; an XError must be the same code on both. The memory clock
+        moves 1 ms first, as the server's moves between two statements: rows promoted or
+        requeued (due "now") are due in the order it happened on both."""
+        self.clock.advance(1)
         out: list[Any] = []
         for driver in (self.pg, self.mem):
             try:
