@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ultimat3.core import XError, new_id
 from ultimat3.jobs._model import EnqueueRequest
 from ultimat3.jobs.postgres import postgres_job_driver
-from ultimat3.jobs.postgres._db import LEAN, DriverConnection, _text_param, lean_statement
+from ultimat3.jobs.postgres._db import LEAN, DriverConnection, _text_params, lean_statement
 
 
 def req(i: int = 0, *, key: str | None = None, **kw: Any) -> EnqueueRequest:
@@ -48,7 +48,7 @@ def test_each_named_placeholder_becomes_one_numbered_one(parts: list[str]) -> No
 
 
 def test_parameters_take_their_text_form_and_refuse_what_they_cannot_carry() -> None:
-    assert [_text_param(v, "utf-8") for v in (None, True, False, 7, -3, "é")] == [
+    assert _text_params([None, True, False, 7, -3, "é"], "utf-8") == [
         None,
         b"t",
         b"f",
@@ -57,9 +57,9 @@ def test_parameters_take_their_text_form_and_refuse_what_they_cannot_carry() -> 
         "é".encode(),
     ]
     with pytest.raises(psycopg.DataError, match="NUL"):
-        _text_param("a\x00b", "utf-8")
+        _text_params(["ok", "a\x00b"], "utf-8")
     with pytest.raises(psycopg.ProgrammingError, match="float"):
-        _text_param(1.5, "utf-8")
+        _text_params([1.5], "utf-8")
 
 
 async def test_the_single_enqueue_is_prepared_once_per_connection(

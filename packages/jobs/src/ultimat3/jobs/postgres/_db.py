@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from itertools import repeat
@@ -127,7 +127,7 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         server to cancel the statement too, as a cursor would; the connection is then left
         mid-statement, and the pool closes it when it comes back."""
         encoding = self.info.encoding
-        values = [_text_param(params[key], encoding) for key in statement.order]
+        values = _text_params(map(params.__getitem__, statement.order), encoding)
         pgconn = self.pgconn
         try:
             for again in (False, True):
@@ -215,22 +215,26 @@ def lean_statement(name: str, text: str) -> LeanStatement:
     return LeanStatement(f"x_{name}".encode(), query.encode(), tuple(order))
 
 
-def _text_param(value: object, encoding: str) -> bytes | None:
-    """One parameter in Postgres's text form; its type is the statement's (every ``LEAN``
+def _text_params(values: Iterable[object], encoding: str) -> list[bytes | None]:
+    """Parameters in Postgres's text form; each one's type is the statement's (every ``LEAN``
     parameter is cast or lands in a typed column)."""
-    if value is None:
-        return None
-    if value is True:
-        return b"t"
-    if value is False:
-        return b"f"
-    if type(value) is int:
-        return str(value).encode()
-    if type(value) is str:
-        if "\x00" in value:
-            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-        return value.encode(encoding)
-    raise psycopg.ProgrammingError(f"a lean statement takes no {type(value).__name__} parameter")
+    out: list[bytes | None] = []
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            text = cast("str", value)
+            if "\x00" in text:
+                raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+            out.append(text.encode(encoding))
+        elif value is None:
+            out.append(None)
+        elif kind is bool:
+            out.append(b"t" if value else b"f")
+        elif kind is int:
+            out.append(str(value).encode())
+        else:
+            raise psycopg.ProgrammingError(f"a lean statement takes no {kind.__name__} parameter")
+    return out
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -442,14 +446,21 @@ class Database:
             for attempt in range(ATTEMPTS):
                 last = attempt == ATTEMPTS - 1
                 try:
-                    async with self.connection() as c:
-                        if name in LEAN and read is _one and isinstance(c, DriverConnection):
-                            row = await c.lean_fetchone(name, self._lean(name), params)
+                    if not self._owned:
+                        async with self.connection() as c:
+                            return await read(await c.cursor().execute(self.q[name], params))
+                    # the driver's own pool, inline (as connection() takes it): this path is
+                    # every statement of a worker and of an enqueue
+                    pool = self._pool if self._pool is not None else await self.open()
+                    mine = cast("DriverConnection", await pool.getconn())
+                    try:
+                        if name in LEAN and read is _one:
+                            row = await mine.lean_fetchone(name, self._lean(name), params)
                             return cast("T", row)
-                        cursor = (
-                            c.statement_cursor() if isinstance(c, DriverConnection) else c.cursor()
-                        )
+                        cursor = mine.statement_cursor()
                         return await read(await cursor.execute(self.q[name], params))
+                    finally:
+                        await pool.putconn(mine)
                 except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                     if last:
                         raise
