@@ -197,13 +197,9 @@ def _request(
             exc.code, exc.message + where, fix=exc.fix, meta={**exc.meta, "index": index}
         ) from exc
     tenant = _tenant(job, parsed, tenant_id=tenant_id, as_actor=as_actor, where=where)
-    if run_id is None:
-        id_, run_id = new_ids(2)  # what two new_id() calls within one ms answer, for less
-    else:
-        id_ = new_id()
     return EnqueueRequest(
-        id=id_,
-        run_id=run_id,
+        id=new_id(),
+        run_id=run_id if run_id is not None else new_id(),
         name=job.name,
         queue=job.queue,
         payload=job.payload_of(parsed),

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Final, TypeAlias, TypeVar, cast
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -39,55 +39,73 @@ _FIX_UNAVAILABLE = (
 )
 
 
-@contextmanager
-def wrap_errors(what: str, schema: str | None = None) -> Iterator[None]:
+class wrap_errors:
     """Turn psycopg's failures into ``XError``s that keep the cause.
 
     A lost, refused or timed-out connection (or a closed pool) is ``X_DRIVER_UNAVAILABLE``;
     a value Postgres refuses to store (NUL bytes, an out-of-range time, a key too long to index)
-    is ``X_INVARIANT`` naming the operation."""
-    try:
-        yield
-    except XError:
-        raise
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName) as exc:
+    is ``X_INVARIANT`` naming the operation. (A class, not a generator: it wraps every
+    statement, and entering it costs no generator.)"""
+
+    __slots__ = ("schema", "what")
+
+    def __init__(self, what: str, schema: str | None = None) -> None:
+        self.what = what
+        self.schema = schema
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> Literal[False]:
+        if exc is None or isinstance(exc, XError):
+            return False
+        mapped = _mapped(exc, self.what, self.schema)
+        if mapped is None:
+            return False
+        raise mapped from exc
+
+
+def _mapped(exc: BaseException, what: str, schema: str | None) -> XError | None:
+    """The ``XError`` a psycopg failure (or a text Postgres cannot store) becomes, if any."""
+    if isinstance(exc, pg_errors.UndefinedTable | pg_errors.InvalidSchemaName):
         where = f"schema {schema!r}" if schema is not None else "the schema"
-        raise XError(
+        return XError(
             "X_CONFIG_INVALID",
             f"postgres job driver: {what}: {where} has no job tables ({_first_line(exc)})",
             fix=f"run `await migrate(DATABASE_URL, schema={schema!r})` before using the driver",
             meta={"operation": what, "schema": schema},
-        ) from exc
-    except pg_errors.InFailedSqlTransaction as exc:
-        raise XError(
+        )
+    if isinstance(exc, pg_errors.InFailedSqlTransaction):
+        return XError(
             "X_INVARIANT",
             f"postgres job driver: {what}: the caller's transaction already failed; Postgres "
             "ignores every statement until it is rolled back",
             fix="roll the transaction back (its earlier statement failed), then enqueue again",
             meta={"operation": what},
-        ) from exc
-    except UnicodeEncodeError as exc:
-        raise XError(
+        )
+    if isinstance(exc, UnicodeEncodeError):
+        return XError(
             "X_INVARIANT",
             f"postgres job driver: {what}: a value is not valid Unicode text ({exc.reason}: "
             f"{exc.object[exc.start : exc.end]!r}), which Postgres cannot store",
             fix="drop the lone surrogate from the name, key or JSON value",
             meta={"operation": what},
-        ) from exc
-    except (psycopg.DataError, pg_errors.ProgramLimitExceeded) as exc:
-        raise XError(
+        )
+    if isinstance(exc, psycopg.DataError | pg_errors.ProgramLimitExceeded):
+        return XError(
             "X_INVARIANT",
             f"postgres job driver: {what}: Postgres refused a value: {_first_line(exc)}",
             fix="check the names, keys and JSON values passed to this call",
             meta={"operation": what, "sqlstate": getattr(exc, "sqlstate", None)},
-        ) from exc
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise XError(
+        )
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return XError(
             "X_DRIVER_UNAVAILABLE",
             f"postgres job driver: {what} failed: {_first_line(exc)}",
             fix=_FIX_UNAVAILABLE,
             meta={"operation": what, "sqlstate": getattr(exc, "sqlstate", None)},
-        ) from exc
+        )
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
