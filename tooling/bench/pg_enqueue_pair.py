@@ -1,8 +1,9 @@
 """Paired comparison of ONE enqueue step of pg_bench.py, ours against a peer: two processes take
 turns (ABBA...) running blocks of the step on one Postgres, each in a database of its own, so
-both meet the same machine state. On a shared VM whose speed moves from one minute to the next,
-pg_bench's single figures (ours, then each peer, seconds apart) can swing more than the gap they
-measure; the ratio of adjacent blocks here is what to read.
+both meet the same machine state; each block also reports its process's CPU time per row. On a
+shared VM whose speed moves from one minute to the next, pg_bench's single figures (ours, then
+each peer, seconds apart) can swing more than the gap they measure; the ratio of adjacent blocks
+here is what to read.
 
     .x/bench-venv/bin/python tooling/bench/pg_enqueue_pair.py                 # single enqueue
     .x/bench-venv/bin/python tooling/bench/pg_enqueue_pair.py --bulk          # enqueue_many(1,000)
@@ -59,9 +60,10 @@ async def child(system_name: str, dsn: str, block: int, bulk: bool) -> None:
         for line in sys.stdin:
             if line.strip() != "go":
                 break
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             rows = await step()
-            print(f"{rows / (time.perf_counter() - started):.1f}", flush=True)
+            wall, used = time.perf_counter() - started, time.process_time() - cpu
+            print(f"{rows / wall:.1f} {used / rows * 1e6:.1f}", flush=True)
     finally:
         await system.close()
 
@@ -103,6 +105,7 @@ def main() -> None:
             if proc.stdout.readline().strip() != "ready":
                 raise SystemExit(f"{side} did not start")
         rates: dict[str, list[float]] = {side: [] for side in sides}
+        cpus: dict[str, list[float]] = {side: [] for side in sides}
         what = "enqueue_many(1,000)" if args.bulk else "single enqueue"
         print(f"{what}: ours ({head}) against {args.peer}, {args.blocks} blocks each, ABBA")
         for pair in range(args.blocks):
@@ -113,8 +116,10 @@ def main() -> None:
                 assert proc.stdin is not None and proc.stdout is not None
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
-                got[side] = float(proc.stdout.readline())
+                rate, cpu = proc.stdout.readline().split()
+                got[side] = float(rate)
                 rates[side].append(got[side])
+                cpus[side].append(float(cpu))
             print(
                 f"  pair {pair + 1:2d}: ours {got['ultimat3']:9,.0f}  {args.peer} "
                 f"{got[args.peer]:9,.0f}  ratio {got['ultimat3'] / got[args.peer]:.3f}",
@@ -125,7 +130,9 @@ def main() -> None:
         print(
             f"medians: ours {statistics.median(rates['ultimat3']):,.0f} rows/s, {args.peer} "
             f"{statistics.median(rates[args.peer]):,.0f} rows/s; per-pair ratio "
-            f"{statistics.median(ratios):.3f} (ours ahead in {ahead} of {len(ratios)} pairs)"
+            f"{statistics.median(ratios):.3f} (ours ahead in {ahead} of {len(ratios)} pairs); "
+            f"client CPU per row: ours {statistics.median(cpus['ultimat3']):.1f} us, "
+            f"{args.peer} {statistics.median(cpus[args.peer]):.1f} us"
         )
     finally:
         for proc in children.values():
