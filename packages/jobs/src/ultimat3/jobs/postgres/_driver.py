@@ -193,8 +193,9 @@ class PostgresJobDriver:
     async def enqueue(
         self, request: EnqueueRequest, *, connection: object | None = None
     ) -> EnqueueResult:
-        """Queue one job: ONE statement (INSERT ... ON CONFLICT, its notify, and the read-back
-        of the row that won a dedupe), one commit — or, on ``connection``, the caller's."""
+        """Queue one job: ONE statement (an INSERT carrying its notify), one commit — or, on
+        ``connection``, the caller's; a dedupe reads the row that won in a second statement
+        (docs/postgres.md, "enqueue")."""
         return await self._enqueuer.enqueue(request, self._given(connection))
 
     async def enqueue_many(
