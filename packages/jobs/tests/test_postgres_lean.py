@@ -4,6 +4,7 @@ failing as they would through a cursor."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -141,3 +142,113 @@ async def test_statements_deallocated_under_it_are_prepared_again(
         assert (fifth.id, fifth.deduped) == (fourth.id, True)
     finally:
         await driver.close()
+
+
+def _count_readers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The fds the running loop is asked to watch for reading, in order."""
+    loop = asyncio.get_running_loop()
+    added: list[int] = []
+    original = loop.add_reader
+
+    def add_reader(fd: Any, callback: Any, *args: Any) -> None:
+        added.append(fd)
+        original(fd, callback, *args)
+
+    monkeypatch.setattr(loop, "add_reader", add_reader)
+    return added
+
+
+async def test_the_socket_is_watched_once_across_lean_statements(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One reader for a run of single enqueues, not one per statement; a statement psycopg runs
+    on the connection takes it (psycopg waits on the socket itself), and the next enqueue
+    watches again."""
+    driver = postgres_job_driver(database_url, schema=pg_schema, min_size=1, max_size=1)
+    try:
+        await driver.enqueue(req(0))
+        added = _count_readers(monkeypatch)
+        async with asyncio.timeout(20):  # a lost watch waits forever
+            for i in range(1, 21):
+                await driver.enqueue(req(i))
+            assert added == [], "the reader of the first enqueue serves the next twenty"
+            await driver.stats()  # a cursor statement: psycopg's own wait
+            psycopg_waits = len(added)
+            assert psycopg_waits >= 1
+            for i in range(21, 31):
+                await driver.enqueue(req(i))
+        assert len(added) == psycopg_waits + 1, "watched again once, then kept"
+    finally:
+        await driver.close()
+
+
+async def test_lean_and_cursor_statements_take_turns_on_one_connection(
+    database_url: str, pg_schema: str
+) -> None:
+    """Were the lean watch left in place under psycopg's wait, psycopg's reader would replace it
+    and then leave the socket unwatched: the next enqueue would wait forever."""
+    driver = postgres_job_driver(database_url, schema=pg_schema, min_size=1, max_size=1)
+    try:
+        async with asyncio.timeout(20):
+            for i in range(30):
+                await driver.enqueue(req(i))
+                [stats] = await driver.stats()
+                assert stats.ready == i + 1
+                again = await driver.enqueue(req(i))
+                assert again.deduped
+    finally:
+        await driver.close()
+
+
+async def test_data_nobody_waits_for_takes_the_watch_off(
+    database_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server ends the idle connection (its goodbye and EOF arrive with no lean statement
+    waiting): the reader fires once and unwatches, instead of waking the loop on every turn
+    while the socket stays readable; the next enqueue goes through on a new connection."""
+    driver = postgres_job_driver(database_url, schema=pg_schema, min_size=1, max_size=1)
+    wakes = 0
+    original = DriverConnection._lean_readable
+
+    def counted(self: DriverConnection) -> None:
+        nonlocal wakes
+        wakes += 1
+        original(self)
+
+    monkeypatch.setattr(DriverConnection, "_lean_readable", counted)
+    try:
+        await driver.enqueue(req(1))
+        wakes = 0
+        async with driver._db.connection() as conn:
+            pid = conn.info.backend_pid
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        await asyncio.sleep(0.3)  # the loop turns many times meanwhile
+        assert wakes == 1
+        later = await driver.enqueue(req(2))
+        assert not later.deduped
+    finally:
+        await driver.close()
+
+
+async def test_a_closed_connection_leaves_no_watch_on_its_socket_number(
+    database_url: str,
+) -> None:
+    """A closed socket's number is the next one a new socket gets. Had the closed connection's
+    reader stayed registered with the loop, the new connection's first watch on that number
+    would fail (the loop thinks it watches a socket the kernel already forgot)."""
+    probe = lean_statement("probe", "SELECT %(a)s::text")
+    first = await DriverConnection.connect(database_url, autocommit=True)
+    assert await first.lean_fetchone("probe", probe, {"a": "one"}) == ("one",)
+    number = first.pgconn.socket
+    await first.close()
+    second = await DriverConnection.connect(database_url, autocommit=True)
+    try:
+        assert second.pgconn.socket == number, "precondition: the socket number is reused"
+        async with asyncio.timeout(10):
+            assert await second.lean_fetchone("probe", probe, {"a": "two"}) == ("two",)
+            cur = await second.execute("SELECT 3")
+            assert await cur.fetchone() == (3,)
+            assert await second.lean_fetchone("probe", probe, {"a": "four"}) == ("four",)
+    finally:
+        await second.close()
