@@ -20,6 +20,7 @@ from ultimat3.jobs._cursor import job_cursor
 from ultimat3.jobs._model import EnqueueRequest, EnqueueResult
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 from ultimat3.jobs_redis import _introspect as introspect_module
+from ultimat3.jobs_redis._codec import text as as_text
 from ultimat3.jobs_redis._scripts import SCRIPT_NAMES, _shaken, script_sources
 
 VT = 60_000
@@ -65,7 +66,11 @@ def test_each_operation_is_one_lua_file_in_the_package() -> None:
     assert all("__COUNTER_TIERS__" not in text for text in sources.values())
     # each script carries what it uses of the prelude, and nothing else
     assert "local function now_ms()" in sources["enqueue"]
-    assert "local function enqueue_pairs(" in sources["enqueue"]
+    assert "local function enqueue_one(" in sources["enqueue"]
+    assert "local function enqueue_at(" in sources["enqueue"]
+    assert "local function enqueue_pairs(" not in sources["enqueue"]  # enqueue_many's only
+    assert "local function enqueue_pairs(" in sources["enqueue_many"]
+    assert "local function enqueue_one(" not in sources["enqueue_many"]
     assert "local function move(" not in sources["enqueue"]  # only named in a comment there
     assert "local function count(" not in sources["enqueue"]
     assert "local function count(" in sources["ack"]
@@ -166,6 +171,92 @@ async def test_a_republish_under_another_key_holds_no_live_entry(
     again = await driver.enqueue(dataclasses.replace(req(key="b"), id=first.id))
     assert again == EnqueueResult(id=first.id, run_id=first.run_id, deduped=True)
     assert not (await driver.enqueue(req(key="b"))).deduped
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"delay_ms": 60_000},
+        {"run_at_ms": 2**42},
+        {"run_at_ms": 1},  # in the past: ready now
+        {"tenant_id": "t", "concurrency_key": "c"},
+        {"tenant_id": ""},
+    ],
+    ids=["plain", "delayed", "run_at", "run_at_past", "tenant_ckey", "empty_tenant"],
+)
+async def test_a_single_enqueue_writes_the_row_a_batch_of_one_writes(
+    driver: RedisJobDriver, req: Req, extra: dict[str, object]
+) -> None:
+    """enqueue.lua (one request, its own lean path) and enqueue_many.lua store the same row and
+    the same index entries; the single path answers a new row as the request's own ids."""
+    one, batched = req(key="a", **extra), req(key="b", **extra)
+    # With a tenant, a trace context too (the single path's table); without, none (its plain
+    # HSET): either way the batch path's row is the reference.
+    trace = {"traceparent": "00-ab-cd-01"} if "tenant_id" in extra else None
+    traced = dataclasses.replace(one, trace_context=trace)
+    traced_b = dataclasses.replace(batched, trace_context=trace)
+    assert await driver.enqueue(traced) == EnqueueResult(
+        id=one.id, run_id=one.run_id, deduped=False
+    )
+    assert (await driver.enqueue_many([traced_b]))[0].deduped is False
+    base = "{" + driver.prefix + "}:"
+    rows: list[dict[str, object]] = []
+    for r in (one, batched):
+        raw = await driver.client.hgetall(base + "j:" + r.id)
+        stored = {as_text(k): as_text(v) for k, v in raw.items()}
+        assert (stored["id"], stored["run_id"]) == (r.id, r.run_id)
+        assert stored["idempotency_key"] == r.idempotency_key
+        created = int(stored["created_at"])
+        assert stored["updated_at"] == stored["created_at"]
+        run_at = int(stored["run_at"])
+        member = f"{created:016d}:{r.id}"
+        state = stored["state"]
+        row: dict[str, object] = dict(stored)
+        assert await driver.client.zscore(base + "ix", member) == 0
+        assert await driver.client.zscore(base + "ix:" + state, member) == 0
+        assert await driver.client.zscore(base + "w:default", r.id) == run_at
+        for k in ("id", "run_id", "idempotency_key", "lk", "created_at", "updated_at"):
+            del row[k]
+        # run_at relative to created_at (a delay, or now), absolute when run_at_ms gave it
+        row["run_at"] = run_at if "run_at_ms" in extra else run_at - created
+        rows.append(row)
+    assert rows[0] == rows[1]
+    expected = "delayed" if extra.get("delay_ms") or extra.get("run_at_ms") == 2**42 else "ready"
+    assert rows[0]["state"] == expected
+    assert rows[0].get("tenant_id") == extra.get("tenant_id")
+    stored_trace = None if trace is None else '{"traceparent":"00-ab-cd-01"}'
+    assert rows[0].get("trace_context") == stored_trace
+    if "delay_ms" in extra:
+        assert rows[0]["run_at"] == 60_000
+    elif "run_at_ms" in extra:
+        assert rows[0]["run_at"] == extra["run_at_ms"]
+    else:
+        assert rows[0]["run_at"] == 0
+    # the single path's dedupe answers the holder's ids
+    again = await driver.enqueue(req(key="a", **extra))
+    assert again == EnqueueResult(id=one.id, run_id=one.run_id, deduped=True)
+
+
+@pytest.mark.parametrize("optional", [False, True], ids=["none", "all"])
+async def test_an_enqueue_stores_the_row_fields_and_only_the_optional_ones_given(
+    driver: RedisJobDriver, req: Req, optional: bool
+) -> None:
+    """The row's field list is written out twice in the script (a table-free HSET when no
+    tenant, concurrency key or trace context is given, a table otherwise): both carry the 13
+    fields every row has, plus exactly the optional ones given."""
+    r = req(tenant_id="t", concurrency_key="c") if optional else req()
+    if optional:
+        r = dataclasses.replace(r, trace_context={"traceparent": "00-ab-cd-01"})
+    await driver.enqueue(r)
+    row = await driver.client.hgetall("{" + driver.prefix + "}:j:" + r.id)
+    every = ["id", "run_id", "name", "queue", "attempts", "max_attempts", "run_at", "created_at",
+             "idempotency_key", "payload", "lk", "state", "updated_at"]  # fmt: skip
+    given = ["tenant_id", "concurrency_key", "trace_context"] if optional else []
+    assert sorted(as_text(k) for k in row) == sorted(every + given)
+    shown = await driver.introspect.show(r.id)
+    assert (shown.tenant_id, shown.concurrency_key) == (("t", "c") if optional else (None, None))
+    assert shown.attempts == 0 and shown.state == "ready" and shown.payload == {"n": 1}
 
 
 async def test_every_queue_enqueued_to_is_counted_in_stats(

@@ -89,7 +89,7 @@ async def test_one_refused_call_in_a_batch_leaves_the_others_answered(
     queued = await driver.enqueue(req())
     good, bad = await asyncio.gather(
         driver.introspect.show(queued.id),
-        driver._r.run("enqueue", "not-a-count", op="a broken call"),
+        driver._r.run("enqueue_many", "not-a-count", op="a broken call"),
         return_exceptions=True,
     )
     assert not isinstance(good, BaseException) and good.id == queued.id

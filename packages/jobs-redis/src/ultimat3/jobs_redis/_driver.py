@@ -300,9 +300,12 @@ class RedisJobDriver:
     async def enqueue(
         self, request: EnqueueRequest, *, connection: object | None = None
     ) -> EnqueueResult:
-        """One script run: dedupe on the live key, then on the id, else insert."""
-        reply = await self._r.run("enqueue", 1, *self._prepare(request), op="enqueue")
-        return EnqueueResult(id=text(reply[0]), run_id=text(reply[1]), deduped=bool(reply[2]))
+        """One script run: dedupe on the live key, then on the id, else insert. The script
+        answers 0 for a new row (whose ids are the request's) or the holder's ``[id, run_id]``."""
+        reply = await self._r.run("enqueue", *self._prepare(request), op="enqueue")
+        if reply == 0:
+            return EnqueueResult(id=request.id, run_id=request.run_id, deduped=False)
+        return EnqueueResult(id=text(reply[0]), run_id=text(reply[1]), deduped=True)
 
     async def enqueue_many(
         self, requests: Sequence[EnqueueRequest], *, connection: object | None = None
@@ -327,9 +330,9 @@ class RedisJobDriver:
                 args.extend(one)
             batches.append(args)
         if len(batches) == 1:
-            replies = [await self._r.run("enqueue", *batches[0], op="enqueue")]
+            replies = [await self._r.run("enqueue_many", *batches[0], op="enqueue")]
         else:
-            replies = await self._r.run_many("enqueue", batches, op="enqueue")
+            replies = await self._r.run_many("enqueue_many", batches, op="enqueue")
         return [result for reply in replies for result in self._results(reply)]
 
     # --- claim ----------------------------------------------------------------------------

@@ -45,6 +45,7 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
     "claim",
     "counters",
     "enqueue",
+    "enqueue_many",
     "fence",
     "fire_task",
     "heartbeat",

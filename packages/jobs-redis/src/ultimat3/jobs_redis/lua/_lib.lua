@@ -214,93 +214,133 @@ end
 local _ = { now_ms, N, opt, lt, ixm, hgetall, load, held, move, forget_wait, delete_row, count,
   fill, row_flat, announce, LIVE, WAITING, TERMINAL }
 
--- enqueue's body, shared by enqueue.lua and fire_task.lua: n requests, each as ENQUEUE_ARGS
--- arguments from ARGV[at] on: id, run_id, name, queue, idempotency_key, max_attempts, tenant_id,
--- concurrency_key, delay_ms, run_at_ms, live key, trace context (JSON text), payload (JSON text,
--- stored as given); the optional ones (tenant_id to trace context) as opt() takes them. Dedupe
--- on the live key first (first payload wins), then on the id (an outbox republish). Answers a
--- flat array: id, run_id, deduped (0/1) per request, in input order.
+-- enqueue's body: enqueue_one() for enqueue.lua (one request), enqueue_pairs() for
+-- enqueue_many.lua and fire_task.lua. A request is ENQUEUE_ARGS arguments from ARGV[a] on: id,
+-- run_id, name, queue, idempotency_key, max_attempts, tenant_id, concurrency_key, delay_ms,
+-- run_at_ms, live key, trace context (JSON text), payload (JSON text, stored as given); the
+-- optional ones (tenant_id to trace context) as opt() takes them. Dedupe on the live key first
+-- (first payload wins), then on the id (an outbox republish).
 local ENQUEUE_ARGS = 13
 
+-- One request from ARGV[a] on, at the server's time `now` (`stamp` = N(now)). Answers the id and
+-- run_id that hold it when it dedupes; else inserts the row and answers nil, nil and, when the
+-- row is due now, its queue (for the caller to announce).
+local function enqueue_at(a, now, stamp)
+  local id, queue, lk = ARGV[a], ARGV[a + 3], ARGV[a + 10]
+  local live = P .. 'live'
+  -- The live key taken for this request in one call; when another holds it, that one answers
+  -- (unless its row is gone: a dangling entry, a row evicted under maxmemory).
+  local took = redis.call('HSETNX', live, lk, id) == 1
+  if not took then
+    local holder = redis.call('HGET', live, lk)
+    local holder_run = redis.call('HGET', P .. 'j:' .. holder, 'run_id')
+    if holder_run then
+      return holder, holder_run, nil
+    end
+  end
+  local key = P .. 'j:' .. id
+  local same_run = redis.call('HGET', key, 'run_id')
+  if same_run then
+    -- An outbox republish of a row that is no longer live: no live entry for it.
+    redis.call('HDEL', live, lk)
+    return id, same_run, nil
+  end
+  if not took then
+    redis.call('HSET', live, lk, id) -- over the dangling entry
+  end
+  -- run_at: now unless the request says when (run_at_ms) or how much later (delay_ms).
+  local run_at, run_stamp = now, stamp
+  local at, delay = ARGV[a + 9], ARGV[a + 8]
+  if at ~= '' then
+    run_at = tonumber(opt(at))
+    run_stamp = N(run_at)
+  elseif delay ~= '' then
+    run_at = now + tonumber(opt(delay))
+    run_stamp = N(run_at)
+  end
+  -- A new row: the row with its state in one HSET, then its indexes (the hot path of every
+  -- enqueue: as few calls, and as little Lua, as it takes). The fields are written out twice so
+  -- that a request without tenant, concurrency key or trace context builds no table (keep the
+  -- two lists the same).
+  local state = run_at > now and 'delayed' or 'ready'
+  local tenant, ckey, trace = ARGV[a + 6], ARGV[a + 7], ARGV[a + 11]
+  if tenant == '' and ckey == '' and trace == '' then
+    redis.call('HSET', key, 'id', id, 'run_id', ARGV[a + 1], 'name', ARGV[a + 2], 'queue', queue,
+      'attempts', 0, 'max_attempts', ARGV[a + 5], 'run_at', run_stamp, 'created_at', stamp,
+      'idempotency_key', ARGV[a + 4], 'payload', ARGV[a + 12], 'lk', lk, 'state', state,
+      'updated_at', stamp)
+  else
+    local row = {
+      'id', id, 'run_id', ARGV[a + 1], 'name', ARGV[a + 2], 'queue', queue,
+      'attempts', 0, 'max_attempts', ARGV[a + 5], 'run_at', run_stamp, 'created_at', stamp,
+      'idempotency_key', ARGV[a + 4], 'payload', ARGV[a + 12], 'lk', lk, 'state', state,
+      'updated_at', stamp,
+    }
+    tenant, ckey, trace = opt(tenant), opt(ckey), opt(trace)
+    if tenant then
+      row[#row + 1] = 'tenant_id'
+      row[#row + 1] = tenant
+    end
+    if ckey then
+      row[#row + 1] = 'concurrency_key'
+      row[#row + 1] = ckey
+    end
+    if trace then
+      row[#row + 1] = 'trace_context'
+      row[#row + 1] = trace
+    end
+    redis.call('HSET', key, unpack(row))
+  end
+  -- ixm(now, id), without string.format: stamp is N(now), whole and below 1e16.
+  local m = string.rep('0', 16 - #stamp) .. stamp .. ':' .. id
+  redis.call('ZADD', P .. 'ix', 0, m)
+  redis.call('ZADD', P .. 'ix:' .. state, 0, m)
+  -- The queue's first row in this state: note the queue too (the set only ever grows, so a count
+  -- already past 1 means the queue is in it).
+  if redis.call('HINCRBY', P .. 'q:' .. queue, state, 1) == 1 then
+    redis.call('SADD', P .. 'queues', queue)
+  end
+  redis.call('ZADD', P .. 'w:' .. queue, run_stamp, id)
+  if state == 'ready' then
+    return nil, nil, queue
+  end
+  return nil, nil, nil
+end
+
+-- enqueue.lua: one request from ARGV[1] on. Answers 0 for a new row (the caller knows its id
+-- and run_id), or { id, run_id } of the row that holds it (a dedupe): the smallest reply.
+local function enqueue_one()
+  local now = now_ms()
+  local holder, holder_run, due = enqueue_at(1, now, N(now))
+  if holder then
+    return { holder, holder_run }
+  end
+  if due then
+    announce(due)
+  end
+  return 0
+end
+
+-- n requests from ARGV[at] on. Answers a flat array: id, run_id, deduped (0/1) per request, in
+-- input order.
 local function enqueue_pairs(n, at)
   local now = now_ms()
   local stamp = N(now)
   local out = {}
   local due = {}
-  local live = P .. 'live'
   for i = 0, n - 1 do
     local a = at + i * ENQUEUE_ARGS
-    local id, run_id, queue, lk = ARGV[a], ARGV[a + 1], ARGV[a + 3], ARGV[a + 10]
-    -- The live key taken for this request in one call; when another holds it, that one answers
-    -- (unless its row is gone: a dangling entry, a row evicted under maxmemory).
-    local took = redis.call('HSETNX', live, lk, id) == 1
-    local holder, holder_run
-    if not took then
-      holder = redis.call('HGET', live, lk)
-      holder_run = redis.call('HGET', P .. 'j:' .. holder, 'run_id')
-    end
-    if holder_run then
+    local holder, holder_run, queue = enqueue_at(a, now, stamp)
+    if holder then
       out[#out + 1] = holder
       out[#out + 1] = holder_run
       out[#out + 1] = 1
     else
-      local key = P .. 'j:' .. id
-      local same_run = redis.call('HGET', key, 'run_id')
-      if same_run then
-        -- An outbox republish of a row that is no longer live: no live entry for it.
-        redis.call('HDEL', live, lk)
-        out[#out + 1] = id
-        out[#out + 1] = same_run
-        out[#out + 1] = 1
-      else
-        if not took then
-          redis.call('HSET', live, lk, id) -- over the dangling entry
-        end
-        local run_at = opt(ARGV[a + 9])
-        if run_at then
-          run_at = tonumber(run_at)
-        else
-          run_at = now + (tonumber(opt(ARGV[a + 8])) or 0)
-        end
-        -- A new row: the row with its state in one HSET, then its indexes (the hot path of
-        -- every enqueue: as few calls as it takes).
-        local state = run_at > now and 'delayed' or 'ready'
-        local row = {
-          'id', id, 'run_id', run_id, 'name', ARGV[a + 2], 'queue', queue,
-          'attempts', 0, 'max_attempts', ARGV[a + 5],
-          'run_at', N(run_at), 'created_at', stamp,
-          'idempotency_key', ARGV[a + 4], 'payload', ARGV[a + 12], 'lk', lk,
-          'state', state, 'updated_at', stamp,
-        }
-        local tenant, ckey, trace = opt(ARGV[a + 6]), opt(ARGV[a + 7]), opt(ARGV[a + 11])
-        if tenant then
-          row[#row + 1] = 'tenant_id'
-          row[#row + 1] = tenant
-        end
-        if ckey then
-          row[#row + 1] = 'concurrency_key'
-          row[#row + 1] = ckey
-        end
-        if trace then
-          row[#row + 1] = 'trace_context'
-          row[#row + 1] = trace
-        end
-        redis.call('HSET', key, unpack(row))
-        local m = ixm(now, id)
-        redis.call('ZADD', P .. 'ix', 0, m)
-        redis.call('ZADD', P .. 'ix:' .. state, 0, m)
-        -- The queue's first row in this state: note the queue too (the set only ever grows, so
-        -- a count already past 1 means the queue is in it).
-        if redis.call('HINCRBY', P .. 'q:' .. queue, state, 1) == 1 then
-          redis.call('SADD', P .. 'queues', queue)
-        end
-        redis.call('ZADD', P .. 'w:' .. queue, N(run_at), id)
-        if state == 'ready' then
-          due[queue] = true
-        end
-        out[#out + 1] = id
-        out[#out + 1] = run_id
-        out[#out + 1] = 0
+      out[#out + 1] = ARGV[a]
+      out[#out + 1] = ARGV[a + 1]
+      out[#out + 1] = 0
+      if queue then
+        due[queue] = true
       end
     end
   end

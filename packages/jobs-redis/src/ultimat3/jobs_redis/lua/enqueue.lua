@@ -1,7 +1,7 @@
--- enqueue: ARGV[1] = n, then ENQUEUE_ARGS (13) arguments per request: id, run_id, name, queue,
--- idempotency_key, max_attempts, tenant_id, concurrency_key, delay_ms, run_at_ms, live key, trace
--- context (JSON text), payload (JSON text, stored as given); tenant_id to trace context optional
--- ("" for None, else "=" .. value).
+-- enqueue: one request, ENQUEUE_ARGS (13) arguments: id, run_id, name, queue, idempotency_key,
+-- max_attempts, tenant_id, concurrency_key, delay_ms, run_at_ms, live key, trace context (JSON
+-- text), payload (JSON text, stored as given); tenant_id to trace context optional ("" for None,
+-- else "=" .. value).
 -- Dedupe on the live key first (first payload wins), then on the id (an outbox republish).
--- Answers a flat array: id, run_id, deduped (0/1) per request, in input order.
-return enqueue_pairs(tonumber(ARGV[1]), 2)
+-- Answers 0 when it inserted the row, or { id, run_id } of the row that dedupes it.
+return enqueue_one()
