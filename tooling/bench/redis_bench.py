@@ -284,18 +284,33 @@ async def flush(url: str) -> None:
         await client.aclose()
 
 
-async def server_stats(url: str, *, reset: bool) -> float:
-    """Microseconds the server spent running commands since the last reset (``INFO
-    commandstats``, every command summed): what the server's side of a loop cost."""
+def _server_cpu_s(info: dict[str, Any]) -> float:
+    return float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+
+
+async def server_stats(url: str, *, since: dict[str, float] | None = None) -> dict[str, float]:
+    """The server's counters now (``since=None``), or what it spent since ``since``: ``cpu_us``,
+    its main thread's CPU (user + system: the commands, the sockets' reads and writes, the
+    event loop; ``INFO cpu``), and ``script_us``, the time its ``EVAL``/``EVALSHA``/``FCALL``
+    runs took (``INFO commandstats``). Not the sum of every command's time: a command a script
+    calls is counted there both on its own and inside the script's, so that sum counts a
+    script's work twice."""
     import redis.asyncio as aredis
 
     client = aredis.Redis.from_url(url)
     try:
-        if reset:
+        if since is None:
             await client.config_resetstat()
-            return 0.0
+        cpu = _server_cpu_s(await client.info("cpu"))
         stats = await client.info("commandstats")
-        return float(sum(v["usec"] for k, v in stats.items() if k != "cmdstat_info"))
+        scripts = sum(
+            float(v["usec"])
+            for k, v in stats.items()
+            if k in ("cmdstat_eval", "cmdstat_evalsha", "cmdstat_fcall", "cmdstat_evalsha_ro")
+        )
+        if since is None:
+            return {"cpu_us": cpu * 1e6, "script_us": 0.0}
+        return {"cpu_us": cpu * 1e6 - since["cpu_us"], "script_us": scripts}
     finally:
         await client.aclose()
 
@@ -351,9 +366,11 @@ async def measure(system: str, url: str) -> dict[str, Any]:
             for i in range(N_LOOP):
                 await client.one(float(i))
 
-        await server_stats(url, reset=True)
+        before = await server_stats(url)
         out["enqueue_per_s"] = await timed(N_LOOP, loop)
-        out["server_us_per_enqueue"] = await server_stats(url, reset=False) / N_LOOP
+        spent = await server_stats(url, since=before)
+        out["server_cpu_us_per_enqueue"] = spent["cpu_us"] / N_LOOP
+        out["server_script_us_per_enqueue"] = spent["script_us"] / N_LOOP
         await flush(url)
         if client.bulk:
 
@@ -466,8 +483,9 @@ async def bench(systems: list[str], url: str | None) -> list[dict[str, Any]]:
             print(f"- {r['system']}: {r['settings']}")
         for r in rows:
             print(
-                f"- {r['system']}: the server spent {r['server_us_per_enqueue']:.0f} us per "
-                "enqueue of the loop running its commands"
+                f"- {r['system']}: per enqueue of the loop the server's main thread used "
+                f"{r['server_cpu_us_per_enqueue']:.0f} us of CPU (its scripts' runs: "
+                f"{r['server_script_us_per_enqueue']:.0f} us)"
             )
         print(
             f"- ceiling, {N_LOOP:,} bare PINGs one after another (before the systems): "
