@@ -20,7 +20,7 @@ from bench_systems import System, Ultimat3, set_on_body
 SCRIPT = Path(__file__).resolve().with_name("pg_bench.py")
 SINGLES = 1_000
 BULK = 1_000
-BULK_CALLS = 5
+ENQUEUE_ROUNDS = 5  # interleaved rounds of (a): 1,000 singles and one bulk call per system each
 """Bulk samples per measurement: one call's 20-50 ms is at the mercy of one GC pass or one
 scheduling hiccup on a shared 2-core box, so each measurement takes the median of five calls
 (fresh keys each), for every system alike."""
@@ -224,27 +224,48 @@ async def spawn(system: str, dsn: str, mode: str, count: int, limit_s: float) ->
     return child
 
 
-async def measure_enqueue(system: System, dsn: str) -> dict[str, float]:
-    await system.install(dsn)
-    await system.open(dsn)
+async def measure_enqueue_interleaved(
+    systems: dict[str, System], dsns: dict[str, str], rounds: int = ENQUEUE_ROUNDS
+) -> dict[str, dict[str, float]]:
+    """(a) for every system at once, in turns: each round runs 1,000 single enqueues of each
+    system, one system after another (the order reversed every other round: ABC CBA ...), then
+    one ``enqueue_many(1,000)`` of each, the same way. A system's figure is the median of its
+    rounds. Measured one system after another, seconds apart, the figures of a shared VM whose
+    speed moves minute to minute differ by more than the gap between the systems; in turns,
+    every system meets the same machine state."""
+    opened: list[System] = []
     try:
-        for i in range(20):  # warm-up: pool open, prepared statements
-            await system.enqueue_one(10_000_000 + i)
-        await system.enqueue_bulk(list(range(20_000_000, 20_000_000 + BULK)))
-        t0 = time.perf_counter()
-        for i in range(SINGLES):
-            await system.enqueue_one(i)
-        singles = SINGLES / (time.perf_counter() - t0)
-        rates = []
-        for call in range(BULK_CALLS):
-            batch = list(range(30_000_000 + call * BULK, 30_000_000 + (call + 1) * BULK))
-            t0 = time.perf_counter()
-            await system.enqueue_bulk(batch)
-            rates.append(BULK / (time.perf_counter() - t0))
-        bulk = statistics.median(rates)
+        for name, system in systems.items():
+            await system.install(dsns[name])
+            await system.open(dsns[name])
+            opened.append(system)
+            for i in range(20):  # warm-up: pool open, prepared statements
+                await system.enqueue_one(10_000_000 + i)
+            await system.enqueue_bulk(list(range(20_000_000, 20_000_000 + BULK)))
+        singles: dict[str, list[float]] = {name: [] for name in systems}
+        bulks: dict[str, list[float]] = {name: [] for name in systems}
+        order = list(systems)
+        for turn in range(rounds):
+            seq = order if turn % 2 == 0 else order[::-1]
+            for name in seq:
+                base = 1_000_000 * (turn + 1)
+                t0 = time.perf_counter()
+                for i in range(SINGLES):
+                    await systems[name].enqueue_one(base + i)
+                singles[name].append(SINGLES / (time.perf_counter() - t0))
+            for name in seq:
+                base = 30_000_000 + turn * BULK
+                batch = list(range(base, base + BULK))
+                t0 = time.perf_counter()
+                await systems[name].enqueue_bulk(batch)
+                bulks[name].append(BULK / (time.perf_counter() - t0))
     finally:
-        await system.close()
-    return {"single": singles, "bulk": bulk}
+        for system in opened:
+            await system.close()
+    return {
+        name: {"single": statistics.median(singles[name]), "bulk": statistics.median(bulks[name])}
+        for name in systems
+    }
 
 
 async def measure_drain(

@@ -11,7 +11,10 @@ shared server's fsync / WAL / buffer settings copied from ``--dsn``; deleted at 
 the server named by ``--dsn`` itself (``--cluster shared``; default ``$DATABASE_URL`` or
 postgresql://postgres@127.0.0.1:5432/test). Measured, 3 times each (the table shows medians):
 
-(a) 1,000 single enqueues, rows/s; a bulk enqueue of 1,000, rows/s (the median of 5 calls).
+(a) 1,000 single enqueues, rows/s; a bulk enqueue of 1,000, rows/s. Every system's enqueue
+    database is open at once and the systems take turns (bench_measure.measure_enqueue_interleaved:
+    5 rounds, ABC CBA ..., a system's figure the median of its rounds), so all of them meet the
+    same machine state.
 (b) drain of ``--jobs`` pre-enqueued no-op jobs by ONE worker process (a child process), from
     the worker's start to the moment the database holds every job settled.
 (c) pickup latency of an idle worker (a child process): 200 enqueues 300 ms apart from this
@@ -55,7 +58,7 @@ from bench_measure import (
     child_drain,
     child_latency,
     measure_drain,
-    measure_enqueue,
+    measure_enqueue_interleaved,
     measure_latency,
     measure_relay,
 )
@@ -223,12 +226,19 @@ async def parent_main(args: argparse.Namespace) -> int:
             trees.append(tree)
         where = f" (work tree {tree})" if args.live else ""
         print(f"--- run {rep} of {args.repeat}{where}", flush=True)
+        enqueuing = [name for name in systems if name != "ultimat3-floor"]
+
+        async def enqueue(names: list[str] = enqueuing) -> dict[str, Any]:
+            dsns = {name: await fresh_db(admin, db_name(name)) for name in names}
+            return await measure_enqueue_interleaved({n: SYSTEMS[n]() for n in names}, dsns)
+
+        figures = await guarded(results, "enqueue (all systems in turns)", enqueue)
+        for name, values in figures.items():
+            for key, value in values.items():
+                results.add(name, key, value)
         for name in systems:
             system = SYSTEMS[name]()
             db = db_name(name)
-
-            async def enqueue(system: System = system, db: str = db) -> dict[str, Any]:
-                return await measure_enqueue(system, await fresh_db(admin, db))
 
             async def drain(system: System = system, db: str = db) -> dict[str, Any]:
                 dsn = await fresh_db(admin, db)
@@ -238,7 +248,6 @@ async def parent_main(args: argparse.Namespace) -> int:
                 return await measure_latency(system, await fresh_db(admin, db))
 
             steps: tuple[tuple[str, Callable[[], Awaitable[dict[str, Any]]]], ...] = (
-                ("enqueue", enqueue),
                 ("drain", drain),
                 ("latency", latency),
             )
