@@ -6,12 +6,15 @@
 For each system, on a flushed server (no persistence, so no system pays for fsync):
 
 - **enqueue loop**: 2,000 single enqueues, one after another, through the system's public API
-  (ours: ``job.enqueue``, so the facade's validation is in the measurement);
+  (ours: ``job.enqueue``, so the facade's validation is in the measurement); every system's
+  client open at once, the systems taking turns for 5 rounds (ABC CBA ...), the median round;
 - **bulk enqueue**: 10,000 jobs in calls of 1,000 through the system's bulk API, where it has one;
 - **drain**: 10,000 queued no-op jobs, ONE worker process with the system's default settings;
   the rate is N over the time from the first body's start to the N-th body's end;
-- **pickup**: an idle worker; 200 jobs enqueued 10 ms apart, each carrying its enqueue time; the
-  body notes ``now - then`` (p50, p99).
+- **pickup**: an idle worker; 200 jobs enqueued 10 ms apart, each carrying its number; the body
+  notes when it started (``time.time()``), and the latency is that minus the moment the enqueue
+  call returned (the job is queued), as pg_bench.py measures it (p50, p99). The same from the
+  call's start (which adds the enqueue's own round trip) is printed below the table.
 
 Before the systems, the **ceiling** of a loop awaiting each reply on this machine: 2,000 bare
 ``PING`` round trips one after another over asyncio (a ``Protocol`` with hiredis), and over a
@@ -43,6 +46,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 N_LOOP = 2_000
+LOOP_ROUNDS = 5
 N_BULK = 10_000
 N_DRAIN = 10_000
 N_PICKUP = 200
@@ -354,24 +358,59 @@ async def timed(n: int, fn: Callable[[], Awaitable[None]]) -> float:
     return n / (time.perf_counter() - started)
 
 
+async def measure_loops(systems: list[str], url: str) -> dict[str, dict[str, Any]]:
+    """The enqueue loop of every system, in turns: ``LOOP_ROUNDS`` rounds of ``N_LOOP`` single
+    enqueues of each system, one system after another, the order reversed every other round
+    (ABC CBA ...). A system's rate is the median of its rounds (their range is printed too); on
+    a shared VM whose speed moves minute to minute, one loop of each system seconds apart says
+    more about the moment than about the system."""
+    os.environ["BENCH_URL"] = url
+    await flush(url)
+    clients: dict[str, Client] = {}
+    rates: dict[str, list[float]] = {system: [] for system in systems}
+    spent = {system: {"cpu_us": 0.0, "script_us": 0.0} for system in systems}
+    try:
+        for system in systems:
+            clients[system] = CLIENTS[system]()
+            await clients[system].open(url)
+        for turn in range(LOOP_ROUNDS):
+            for system in systems if turn % 2 == 0 else systems[::-1]:
+                client = clients[system]
+                base = float(N_LOOP * turn)
+
+                async def loop(client: Client = client, base: float = base) -> None:
+                    for i in range(N_LOOP):
+                        await client.one(base + i)
+
+                before = await server_stats(url)
+                rates[system].append(await timed(N_LOOP, loop))
+                used = await server_stats(url, since=before)
+                for key in ("cpu_us", "script_us"):
+                    spent[system][key] += used[key]
+    finally:
+        for client in clients.values():
+            await client.close()
+    await flush(url)
+    runs = N_LOOP * LOOP_ROUNDS
+    return {
+        system: {
+            "enqueue_per_s": statistics.median(rates[system]),
+            "enqueue_rounds": sorted(rates[system]),
+            "server_cpu_us_per_enqueue": spent[system]["cpu_us"] / runs,
+            "server_script_us_per_enqueue": spent[system]["script_us"] / runs,
+        }
+        for system in systems
+    }
+
+
 async def measure(system: str, url: str) -> dict[str, Any]:
+    """Bulk enqueue, drain and pickup of one system."""
     os.environ["BENCH_URL"] = url
     client = CLIENTS[system]()
     out: dict[str, Any] = {"system": system, "settings": SETTINGS[system]}
     await flush(url)
     await client.open(url)
     try:
-
-        async def loop() -> None:
-            for i in range(N_LOOP):
-                await client.one(float(i))
-
-        before = await server_stats(url)
-        out["enqueue_per_s"] = await timed(N_LOOP, loop)
-        spent = await server_stats(url, since=before)
-        out["server_cpu_us_per_enqueue"] = spent["cpu_us"] / N_LOOP
-        out["server_script_us_per_enqueue"] = spent["script_us"] / N_LOOP
-        await flush(url)
         if client.bulk:
 
             async def bulk() -> None:
@@ -396,20 +435,35 @@ async def measure(system: str, url: str) -> dict[str, Any]:
         out["drain_per_s"] = N_DRAIN / (got["last"] - got["first"])
         await flush(url)
         worker = start_worker(system, url, "pickup", N_PICKUP)
+        sent: dict[int, tuple[float, float]] = {}
         try:
             await asyncio.sleep(3)  # the worker is up and idle
-            for _ in range(N_PICKUP):
-                await client.one(time.time())
+            for i in range(N_PICKUP):
+                called = time.time()
+                await client.one(float(i))
+                sent[i] = (called, time.time())
                 await asyncio.sleep(0.01)
             got = await wait_result(url, 120)
         finally:
             stop_worker(worker)
-        latencies = sorted(got["latencies_ms"])
-        out["pickup_p50_ms"] = statistics.median(latencies)
-        out["pickup_p99_ms"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        started = {int(x): at for x, at in got["starts"]}
+        from_return = sorted((at - sent[i][1]) * 1000 for i, at in started.items())
+        from_call = sorted((at - sent[i][0]) * 1000 for i, at in started.items())
+        out["pickup_p50_ms"], out["pickup_p99_ms"] = (
+            statistics.median(from_return),
+            p99(from_return),
+        )
+        out["pickup_call_p50_ms"], out["pickup_call_p99_ms"] = (
+            statistics.median(from_call),
+            p99(from_call),
+        )
     finally:
         await client.close()
     return out
+
+
+def p99(ordered: list[float]) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 async def round_trip_ceiling(url: str) -> dict[str, float]:
@@ -474,13 +528,22 @@ async def bench(systems: list[str], url: str | None) -> list[dict[str, Any]]:
         rows = []
         await flush(target)  # waits until the server answers
         ceiling = await round_trip_ceiling(target)
+        print("... the enqueue loops, in turns", file=sys.stderr, flush=True)
+        loops = await measure_loops(systems, target)
         for system in systems:
             print(f"... {system}", file=sys.stderr, flush=True)
-            rows.append(await measure(system, target))
+            rows.append({**loops[system], **await measure(system, target)})
         print(table(rows))
         print()
         for r in rows:
             print(f"- {r['system']}: {r['settings']}")
+        for r in rows:
+            shown = ", ".join(f"{rate:,.0f}" for rate in r["enqueue_rounds"])
+            print(
+                f"- {r['system']}: enqueue loop rounds (/s, sorted): {shown}; pickup measured "
+                f"from the enqueue call's start instead of its return: p50 "
+                f"{r['pickup_call_p50_ms']:.1f} ms, p99 {r['pickup_call_p99_ms']:.1f} ms"
+            )
         for r in rows:
             print(
                 f"- {r['system']}: per enqueue of the loop the server's main thread used "

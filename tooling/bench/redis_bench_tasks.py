@@ -2,7 +2,8 @@
 
 Every body does one thing: ``seen(x)``. In ``drain`` mode ``x`` is the job's number and the
 worker process notes when the first body started and when the N-th ended; in ``pickup`` mode ``x``
-is the enqueuer's ``time.time()`` and the body notes ``now - x``. When the N-th body has run the
+is the job's number too and the body notes ``[x, time.time()]`` (the bench subtracts the moment
+the enqueue call returned). When the N-th body has run the
 process writes its record to Redis once (``bench:result``), so the measuring itself costs no
 round trip per job. RQ forks a child per job, so its bodies count in Redis instead (an INCR per
 job; RQ's per-job fork costs far more). Configured by the environment: ``BENCH_URL``,
@@ -24,16 +25,16 @@ N = int(os.environ.get("BENCH_N", "10000"))
 
 _first: float | None = None
 _count = 0
-_latencies: list[float] = []
+_starts: list[list[float]] = []
 
 
 def seen(x: float) -> None:
     global _first, _count
     now = time.time()
     if MODE == "pickup":
-        _latencies.append((now - x) * 1000)
-        if len(_latencies) == N:
-            _write({"latencies_ms": _latencies})
+        _starts.append([x, now])
+        if len(_starts) == N:
+            _write({"starts": _starts})
         return
     if _first is None:
         _first = now
@@ -52,9 +53,9 @@ def seen_in_redis(x: float) -> None:
     now = time.time()
     with redis.Redis.from_url(URL) as client:
         if MODE == "pickup":
-            if client.rpush("bench:latencies", (now - x) * 1000) == N:
-                values = [float(v) for v in client.lrange("bench:latencies", 0, -1)]
-                client.set("bench:result", json.dumps({"latencies_ms": values}))
+            if client.rpush("bench:starts", json.dumps([x, now])) == N:
+                values = [json.loads(v) for v in client.lrange("bench:starts", 0, -1)]
+                client.set("bench:result", json.dumps({"starts": values}))
             return
         client.setnx("bench:first", now)
         if client.incr("bench:count") == N:
