@@ -198,7 +198,9 @@ def test_x_scheduler_leads_fires_and_stops_on_sigterm(app: str, database_url: st
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             jobs = json.loads(cli("jobs", "list", "--json").stdout)["jobs"]
-            assert [j["name"] for j in jobs] == ["report"]
+            # one job per fire: a minute boundary crossed since the first fire adds one more
+            assert jobs and {j["name"] for j in jobs} == {"report"}
+            assert len(jobs) <= 2
             proc.send_signal(signal.SIGTERM)
             # stdout only: stderr is the reader thread's (communicate() would race it for lines)
             assert proc.stdout is not None

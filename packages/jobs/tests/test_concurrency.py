@@ -446,7 +446,7 @@ async def test_the_worker_defers_a_busy_run_by_one_poll(driver: EngineDriver) ->
     before = await driver.now_ms()
     await w.run_pass()
     await gate.inside.wait()
-    deadline = asyncio.get_running_loop().time() + 5  # a loaded machine: wait for the hand-back
+    deadline = asyncio.get_running_loop().time() + 15  # a loaded machine: wait for the hand-back
     while not (
         (r := await show(driver, waiting.id)).state == "ready"
         and to_epoch_ms(r.run_at) >= before + 400
