@@ -139,8 +139,9 @@ def test_new_ids_are_the_values_new_id_would_count_through(
         expected.append(expected[-1] + 1 + step)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_ids, "_last", last)
-        patch.setattr(_ids.os, "urandom", lambda size: random[:size])
-        patch.setattr(_ids.time, "time_ns", lambda: ms * 1_000_000)
+        # by dotted path: the os and time modules _ids uses (it does not re-export them)
+        patch.setattr("ultimat3.core._ids.os.urandom", lambda size: random[:size])
+        patch.setattr("ultimat3.core._ids.time.time_ns", lambda: ms * 1_000_000)
         ids = new_ids(n)
         assert _ids._last == expected[-1]
     assert ids == [uuid7_at(v >> 74, v & ((1 << 74) - 1)) for v in expected]
