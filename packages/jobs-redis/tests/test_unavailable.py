@@ -69,7 +69,7 @@ async def test_a_server_that_does_not_answer_as_redis_is_unavailable(
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        handled.append(task)  # type: ignore[arg-type]
+        handled.append(task)
         await handler(reader, writer)
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)

@@ -51,7 +51,11 @@ async def test_an_idle_worker_is_woken_the_moment_a_job_is_due(either: RedisJobD
                 await asyncio.sleep(0.1)  # the worker's first (empty) pass is behind it
                 for n in range(1, 6):
                     await echo.enqueue({"at": time.time()})
-                    await until("the pickup", lambda n=n: len(picked) == n, seconds=3)
+
+                    def picked_up(n: int = n) -> bool:
+                        return len(picked) == n
+
+                    await until("the pickup", picked_up, seconds=3)
         finally:
             await worker.stop()
     assert max(picked) < 0.5, picked
