@@ -110,7 +110,7 @@ class RealTimeHarness(JobHarness):
         super().__init__(
             jobs=jobs,
             driver=driver,
-            event_bus=event_bus,  # type: ignore[arg-type] - drain below never flushes it
+            event_bus=event_bus,  # type: ignore[arg-type]  # drain below never flushes it
             app=app,
             seed=seed,
             visibility_timeout_ms=visibility_timeout_ms,
@@ -226,7 +226,11 @@ class Engine:
             return JobHarness(
                 jobs=jobs, driver=self.driver, clock=self.clock, event_bus=self.bus, **options
             )
-        assert isinstance(self.bus, PostgresEventBus)
+        return self.real_time_harness(jobs, **options)
+
+    def real_time_harness(self, jobs: Sequence[Job[Any, Any]], **options: Any) -> RealTimeHarness:
+        """The harness on Postgres, typed as the ``RealTimeHarness`` it is (``drain_until``)."""
+        assert isinstance(self.driver, PostgresJobDriver) and isinstance(self.bus, PostgresEventBus)
         return RealTimeHarness(jobs=jobs, driver=self.driver, event_bus=self.bus, **options)
 
     async def advance(self, duration: Duration) -> None:

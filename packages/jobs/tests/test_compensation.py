@@ -345,7 +345,7 @@ async def test_on_postgres_a_crash_on_the_final_attempt_is_reoffered_and_unwinds
 ) -> None:
     shop = Shop()
     checkout_job = checkout(shop, attempts=1)
-    h = pg_engine.harness([checkout_job])
+    h = pg_engine.real_time_harness([checkout_job])
     r = await h.enqueue(checkout_job, {})
     driver = pg_engine.driver
     # the only forward attempt is claimed and its worker dies before it settles
@@ -361,7 +361,9 @@ async def test_on_postgres_a_crash_on_the_final_attempt_is_reoffered_and_unwinds
         claim=claimed.claim,
         output={"id": "ch_9"},
     )
-    assert (await h.drain()).state == "running"  # type: ignore[union-attr] - the lease holds
+    drained = await h.drain()
+    assert drained is not None
+    assert drained.state == "running"  # the lease holds
     await asyncio.sleep(0.32)  # the dead worker's lease lapses
     trace = await h.drain_until("dead")
     assert effects(shop) == ["refund ch_9"]  # unwound, the forward path never ran again

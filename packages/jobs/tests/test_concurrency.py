@@ -422,7 +422,7 @@ async def test_a_settle_that_did_not_land_keeps_the_slot_for_the_claim_that_owns
 ) -> None:
     async def body(input: Acct, step: Any, ctx: Any) -> None:
         # an operator cancels the run under its feet: this claim's settle cannot land
-        await driver.introspect.cancel(ctx.job_id, reason="stop")  # type: ignore[attr-defined]
+        await driver.introspect.cancel(ctx.job_id, reason="stop")
 
     capped: Job[Any, Any] = job(
         input=Acct, idempotency_key=_key, name="unlanded", concurrency=1, run=body

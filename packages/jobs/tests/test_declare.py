@@ -34,7 +34,8 @@ async def onboard_org(input: OnboardOrg, step: Any, ctx: Any) -> None:
 def _declare(**over: Any) -> Job[Any, Any]:
     fields: dict[str, Any] = {"input": OnboardOrg, "idempotency_key": _key, "run": onboard_org}
     fields.update(over)
-    return job(**fields)
+    declared: Job[Any, Any] = job(**fields)
+    return declared
 
 
 def _causes(exc: pytest.ExceptionInfo[XError]) -> list[str]:
@@ -263,8 +264,12 @@ def test_parse_takes_the_model_or_a_dict_and_refuses_junk() -> None:
     assert "onboard_org" in exc.value.message
 
 
+async def count(input: int, step: Any, ctx: Any) -> None:
+    return None
+
+
 def test_any_type_pydantic_validates_is_an_input() -> None:
-    j = job(input=int, idempotency_key=lambda i: f"n:{i}", name="count", run=onboard_org)
+    j = job(input=int, idempotency_key=lambda i: f"n:{i}", name="count", run=count)
     assert j.parse("42") == 42
     assert j.describe()["input"] == {"type": "integer"}
 

@@ -29,6 +29,7 @@ from ultimat3.core import (
 from ultimat3.jobs import (
     ExecutionSettings,
     Job,
+    JobContext,
     Retry,
     RunOutcome,
     _heartbeat,
@@ -81,7 +82,8 @@ def declare(body: Any, **over: Any) -> Job[Any, Any]:
         "run": body,
     }
     fields.update(over)
-    return job(**fields)
+    declared: Job[Any, Any] = job(**fields)
+    return declared
 
 
 async def claim_one(driver: Any, j: Job[Any, Any], vt: int = 30_000) -> ClaimedJob:
@@ -148,6 +150,7 @@ async def test_on_postgres_a_failed_attempt_is_not_claimable_before_its_backoff(
     row = await driver.introspect.show(claimed.id)
     assert (outcome.outcome, outcome.landed, outcome.delay_ms) == ("retry", True, 300)
     assert row.state == "ready" and row.attempts == 1
+    assert row.last_error is not None
     assert row.last_error["message"] == "RuntimeError: boom"
     assert claimed.claimed_at_ms + 300 <= to_epoch_ms(row.run_at) <= settled_at + 300
     assert (
@@ -240,6 +243,7 @@ async def test_exhausted_attempts_are_dead_lettered_with_the_error(driver: Engin
     assert outcome.outcome == "dead"
     assert row.state == "dead"
     assert row.attempts == 2
+    assert row.last_error is not None
     assert row.last_error["message"] == "RuntimeError: still down"
     assert row.last_error["meta"]["attempts"] == 2
 
@@ -306,6 +310,7 @@ async def test_a_row_queued_under_another_tenant_is_refused_terminally_before_th
     assert ran == []
     assert outcome.outcome == "dead"
     assert row.attempts == 1
+    assert row.last_error is not None
     assert row.last_error["code"] == "X_JOB_TENANT_MISMATCH"
 
 
@@ -394,7 +399,7 @@ async def test_a_timeout_aborts_the_signal_then_fails_the_attempt_then_cancels_t
 
     j = declare(body, timeout=30, retry=Retry(attempts=2))
     claimed = await claim_one(driver, j)
-    outcome = await execute_job(claimed, j, driver=spy)  # type: ignore[arg-type]
+    outcome = await execute_job(claimed, j, driver=spy)
     assert spy.events == ["abort:X_JOB_TIMEOUT", "nack:retry:aborted=True", "cancelled"]
     assert outcome.outcome == "retry"
     assert outcome.error is not None and outcome.error["code"] == "X_JOB_TIMEOUT"
@@ -548,7 +553,7 @@ async def test_a_landed_ack_leaves_the_signal_live_and_an_unowned_one_aborts_it(
     spy.ack_lands = False
     j2 = declare(body, name="exec-unowned")
     with capture_log_events() as events:
-        outcome = await execute_job(await claim_one(driver, j2), j2, driver=spy)  # type: ignore[arg-type]
+        outcome = await execute_job(await claim_one(driver, j2), j2, driver=spy)
     assert outcome.landed is False
     assert signals[-1].reason is not None and signals[-1].reason.code == "X_ABORTED"
     assert [e["event"] for e in events] == ["jobs.settle.unowned"]
@@ -582,7 +587,7 @@ async def test_progress_writes_at_most_once_a_second_and_always_the_last(
     j = declare(body)
     claimed = await claim_one(driver, j)
     settings = ExecutionSettings(monotonic=lambda: now[0])
-    await execute_job(claimed, j, driver=spy, settings=settings)  # type: ignore[arg-type]
+    await execute_job(claimed, j, driver=spy, settings=settings)
     assert [w["done"] for w in spy.progress_writes] == [1, 3, 5]
     assert spy.progress_writes[1] == {"done": 3, "total": 10, "note": "a third"}
     assert (await driver.introspect.show(claimed.id)).progress == {
@@ -618,7 +623,7 @@ async def _hold(driver: Any, mode: str, vt: int = 90) -> tuple[RunOutcome, list[
     outcome = await execute_job(
         claimed,
         j,
-        driver=spy,  # type: ignore[arg-type]
+        driver=spy,
         settings=ExecutionSettings(visibility_timeout_ms=vt),
     )
     return outcome, reasons, spy
@@ -643,7 +648,7 @@ async def test_heartbeats_renew_every_third_of_the_window(driver: EngineDriver) 
     await execute_job(
         claimed,
         j,
-        driver=spy,  # type: ignore[arg-type]
+        driver=spy,
         settings=ExecutionSettings(visibility_timeout_ms=150),
     )
     assert 3 <= spy.heartbeats <= 5
@@ -704,7 +709,8 @@ async def test_a_run_cancelled_under_its_feet_loses_its_lease_at_the_next_renewa
     assert (outcome.outcome, outcome.landed) == ("lost", False)
     assert [e["event"] for e in events if e["event"] == "jobs.lease.lost"] == ["jobs.lease.lost"]
     row = await driver.introspect.show(claimed.id)
-    assert row.state == "cancelled" and row.last_error["code"] == "X_ABORTED"
+    assert row.state == "cancelled"
+    assert row.last_error is not None and row.last_error["code"] == "X_ABORTED"
 
 
 async def test_a_lapsed_claim_is_reoffered_and_the_old_claims_settle_never_lands(
@@ -713,7 +719,7 @@ async def test_a_lapsed_claim_is_reoffered_and_the_old_claims_settle_never_lands
     driver = engine.driver
     runs: list[int] = []
 
-    async def body(input: Org, step: Any, ctx: Any) -> int:
+    async def body(input: Org, step: Any, ctx: JobContext) -> int:
         runs.append(ctx.attempt)
         return ctx.attempt
 
@@ -841,7 +847,7 @@ async def test_a_renewal_refused_because_our_own_ack_landed_is_not_a_lost_lease(
         outcome = await execute_job(
             claimed,
             j,
-            driver=slow,  # type: ignore[arg-type]
+            driver=slow,
             settings=ExecutionSettings(visibility_timeout_ms=150),
         )
     assert outcome.outcome == "done"

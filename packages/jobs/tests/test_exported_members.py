@@ -35,7 +35,7 @@ def test_the_testing_module_exports_the_harness() -> None:
 
 def test_an_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_factory"):
-        ultimat3.jobs.no_such_factory  # type: ignore[attr-defined]  # noqa: B018
+        ultimat3.jobs.no_such_factory  # noqa: B018
 
 
 def test_importing_ultimat3_jobs_loads_no_factory_and_no_optional_distribution() -> None:

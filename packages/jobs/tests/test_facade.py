@@ -118,7 +118,7 @@ def driver(engine: Engine) -> EngineDriver:
 @pytest.fixture
 def spy(engine: Engine) -> Iterator[SpyDriver]:
     d = SpyDriver(engine.driver)
-    with swap_adapter(JOB_DRIVER, d):  # type: ignore[arg-type]
+    with swap_adapter(JOB_DRIVER, d):
         yield d
 
 
@@ -465,7 +465,7 @@ async def test_a_driver_that_owns_the_connection_enqueues_on_it(clock: FrozenClo
 
     conn = object()
     d = Owning(memory_job_driver())
-    with swap_adapter(JOB_DRIVER, d), use_connection(conn):  # type: ignore[arg-type]
+    with swap_adapter(JOB_DRIVER, d), use_connection(conn):
         await onboard.enqueue(org())
     assert seen == [conn]
 
@@ -624,7 +624,7 @@ def test_the_batch_requests_equal_the_one_by_one_requests(
             )
             return built.requests() if isinstance(built, EnqueueColumns) else built
 
-        outcomes = []
+        outcomes: list[tuple[object, ...]] = []
         for build in (one_by_one, batch):
             try:
                 built = build()

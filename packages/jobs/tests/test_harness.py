@@ -18,7 +18,7 @@ from engine_drivers import Engine
 from ultimat3.core import XError, adapter, current_clock
 from ultimat3.jobs import Retry, job
 from ultimat3.jobs.adapter import JOB_DRIVER
-from ultimat3.jobs.testing import JobHarness, job_harness
+from ultimat3.jobs.testing import JobHarness, JobTrace, job_harness
 
 
 class OnboardOrg(BaseModel):
@@ -91,7 +91,7 @@ async def test_on_postgres_onboard_org_retries_only_the_failed_step(pg_engine: E
         await step.sleep("300ms")
         await step.run("nudge", lambda signal: mail.send("nudge", org))
 
-    h = pg_engine.harness([onboard])
+    h = pg_engine.real_time_harness([onboard])
     mail.fail_once("nudge")
     org_id = str(uuid4())
     trace = await h(onboard, {"org_id": org_id})
@@ -145,6 +145,7 @@ async def three_steps(input: Plan, step: Any, ctx: Any) -> str:
 async def test_a_dead_job_requeued_resumes_from_the_failed_step(engine: Engine) -> None:
     flaky_calls.clear()
     async with engine.harness([three_steps]) as h:
+        trace: JobTrace | None  # drain() below may answer None
         trace = await h(three_steps, {"key": "k1", "fail_at": "b"})
         assert trace.state == "dead"
         assert trace.last_error is not None

@@ -36,10 +36,10 @@ def test_every_event_the_spec_names_has_the_specs_level() -> None:
     assert {name: EVENT_LEVELS.get(name) for name in SPEC_EVENTS} == SPEC_EVENTS
 
 
-def _log_event_calls() -> list[tuple[str, int, str, str | None]]:
+def _log_event_calls() -> list[tuple[str, int, str, object]]:
     """``(file, line, event, explicit level)`` of every ``log_event("<literal>", ...)`` in the
-    packages' sources."""
-    found: list[tuple[str, int, str, str | None]] = []
+    packages' sources (the level is the literal written, ``None`` when there is none)."""
+    found: list[tuple[str, int, str, object]] = []
     for path in sorted(PACKAGES.glob("*/src/**/*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):

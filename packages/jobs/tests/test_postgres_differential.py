@@ -198,7 +198,13 @@ class Differential(RuleBasedStateMachine):
     )
     def nack(self, data: st.DataObject, outcome: NackOutcome, at: int) -> None:
         job_id = data.draw(st.sampled_from(self.held()))
-        error = {"code": "X_BOOM", "message": "boom", "fix": None, "meta": {}, "status": None}
+        error: dict[str, Any] = {
+            "code": "X_BOOM",
+            "message": "boom",
+            "fix": None,
+            "meta": {},
+            "status": None,
+        }
 
         def call(d: JobDriver) -> Any:
             worker, token = self.claims["pg" if d is self.pg else "mem"][job_id]
@@ -261,7 +267,7 @@ class Differential(RuleBasedStateMachine):
             return intro.pause_queue(queue) if pause else intro.resume_queue(queue)
 
         self.both(call)
-        a, b = self.both(lambda d: d.introspect.paused_queues())  # type: ignore[attr-defined]
+        a, b = self.both(lambda d: d.introspect.paused_queues())
         assert a == b
 
     @rule(
@@ -279,7 +285,7 @@ class Differential(RuleBasedStateMachine):
 
     @rule(job_id=st.sampled_from(IDS))
     def remove(self, job_id: str) -> None:
-        self.both(lambda d: d.introspect.remove(job_id))  # type: ignore[attr-defined]
+        self.both(lambda d: d.introspect.remove(job_id))
 
     @rule()
     def wake(self) -> None:
@@ -298,7 +304,7 @@ class Differential(RuleBasedStateMachine):
 
     @rule(state=st.sampled_from(["dead", "failed", "cancelled", "done"]))
     def requeue_many(self, state: str) -> None:
-        a, b = self.both(lambda d: d.introspect.requeue_many(state=state))  # type: ignore[attr-defined]
+        a, b = self.both(lambda d: d.introspect.requeue_many(state=state))
         assert a == b
 
     # --- invariants ---------------------------------------------------------------------------

@@ -52,7 +52,7 @@ async def catalog(database_url: str, schema: str) -> dict[str, list[tuple[Any, .
     out: dict[str, list[tuple[Any, ...]]] = {}
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         for part, query in CATALOG.items():
-            cur = await conn.execute(query, {"schema": schema})  # type: ignore[arg-type]
+            cur = await conn.execute(query, {"schema": schema})
             out[part] = await cur.fetchall()
     return out
 

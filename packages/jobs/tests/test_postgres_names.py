@@ -102,7 +102,7 @@ async def test_hostile_queue_names_ride_the_notify_payload_safely(
 async def test_a_nul_character_is_refused_naming_the_field(
     pg_driver: PostgresJobDriver, field: str
 ) -> None:
-    values = {
+    values: dict[str, Any] = {
         "id": new_id(),
         "run_id": new_id(),
         "name": "n",

@@ -96,7 +96,7 @@ async def test_a_failed_batch_falls_back_to_the_row_loop_up_to_the_poison_row(
     ids = await _stage(4)
     flaky = Flaky(driver, poison=2)
     with capture_log_events() as events:
-        published = await outbox_relay(store, flaky)  # type: ignore[arg-type]
+        published = await outbox_relay(store, flaky)
     assert published == 2
     assert flaky.batches == 1
     assert sorted(r.id for r in await driver.introspect.list()) == sorted(ids[:2])

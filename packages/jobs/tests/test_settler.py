@@ -75,7 +75,7 @@ async def test_runs_ending_together_are_acked_in_one_call(driver: MemoryJobDrive
     j = job(input=N, idempotency_key=lambda i: str(i.n), name="together", run=body)
     results = await j.enqueue_many([{"n": i} for i in range(5)])
     counting = Counting(driver)
-    w = job_worker(jobs=[j], driver=counting, handle_signals=False)  # type: ignore[arg-type]
+    w = job_worker(jobs=[j], driver=counting, handle_signals=False)
     assert await w.run_pass() == 5
     await asyncio.sleep(0.01)
     gate.set()
@@ -105,18 +105,18 @@ async def test_each_caller_gets_its_own_fenced_answer(driver: MemoryJobDriver) -
     answers = await asyncio.gather(
         settler.ack(a, result=1, duration_ms=1), settler.ack(stale, result=2, duration_ms=1)
     )
-    assert answers == [True, False]
+    assert list(answers) == [True, False]  # gather answers a list; typeshed says a tuple
     beats = await asyncio.gather(
         settler.heartbeat(b, visibility_timeout_ms=1000),
         settler.heartbeat(a, visibility_timeout_ms=1000),  # already acked: fenced out
     )
-    assert beats == [True, False]
+    assert list(beats) == [True, False]
 
 
 async def test_renewals_in_one_turn_are_one_call(driver: MemoryJobDriver) -> None:
     claimed = await _claim(driver, 3)
     counting = Counting(driver)
-    settler = BatchingSettler(counting)  # type: ignore[arg-type]
+    settler = BatchingSettler(counting)
     answers = await asyncio.gather(
         *(settler.heartbeat(c, visibility_timeout_ms=1000) for c in claimed)
     )
@@ -128,7 +128,7 @@ async def test_a_failing_batch_fails_every_caller_in_it(driver: MemoryJobDriver)
     claimed = await _claim(driver, 2)
     counting = Counting(driver)
     counting.fail_acks = True
-    settler = BatchingSettler(counting)  # type: ignore[arg-type]
+    settler = BatchingSettler(counting)
     answers = await asyncio.gather(
         *(settler.ack(c, result=None, duration_ms=1) for c in claimed), return_exceptions=True
     )
@@ -145,7 +145,7 @@ async def test_the_runs_of_a_worker_renew_on_one_grid_in_one_call(driver: Memory
     counting = Counting(driver)
     w = job_worker(
         jobs=[j],
-        driver=counting,  # type: ignore[arg-type]
+        driver=counting,
         visibility_timeout_ms=150,
         handle_signals=False,
     )

@@ -21,7 +21,7 @@ from ultimat3.core import Signal, XError, from_epoch_ms, to_epoch_ms, use_connec
 from ultimat3.jobs import Retry, job, publish_event
 from ultimat3.jobs.drivers.memory_outbox import MemoryTransaction
 from ultimat3.jobs.postgres import transaction
-from ultimat3.jobs.testing import JobHarness
+from ultimat3.jobs.testing import JobHarness, JobTrace
 
 
 class Key(BaseModel):
@@ -381,6 +381,7 @@ async def test_sleep_persists_a_wake_time_and_hands_the_attempt_back() -> None:
 
     h = _h(sleeper)
     start = h.clock.now_ms()
+    trace: JobTrace | None  # drain() below may answer None
     trace = await h(sleeper, {})
     assert trace.state == "suspended"
     assert trace.attempts == 0  # uncounted
@@ -414,7 +415,7 @@ async def test_on_postgres_a_sleep_suspends_until_its_wake_time_then_replays(
         await step.sleep("200ms")
         return "awake"
 
-    h = pg_engine.harness([sleeper])
+    h = pg_engine.real_time_harness([sleeper])
     start = await pg_engine.now_ms()
     trace = await h(sleeper, {})
     end = await pg_engine.now_ms()
@@ -471,7 +472,7 @@ async def test_on_postgres_ctx_final_attempt_is_exact(pg_engine: Engine) -> None
         await step.sleep("100ms")  # handed back uncounted: presented again under the same number
         raise RuntimeError("again")
 
-    h = pg_engine.harness([counted])
+    h = pg_engine.real_time_harness([counted])
     await h.enqueue(counted, {})
     trace = await h.drain_until("dead")
     assert flags == [(1, False), (1, False), (2, False), (3, True)]
@@ -500,6 +501,7 @@ async def approval(input: Key, step: Any, ctx: Any) -> Any:
 
 async def test_a_wait_suspends_until_the_event_and_answers_it_parsed(harness: Harness) -> None:
     h = harness(approval)
+    trace: JobTrace | None  # drain() below may answer None
     trace = await h(approval, {"key": "o1"})
     assert trace.state == "suspended"
     await h.publish("order.approved", {"order_id": "o2", "by": "someone else"})
@@ -534,7 +536,7 @@ async def test_on_postgres_a_wait_answers_none_at_its_timeout(pg_engine: Engine)
     async def brief(input: Key, step: Any, ctx: Any) -> Any:
         return await step.wait_for_event("w", "order.approved", schema=Approved, timeout="300ms")
 
-    h = pg_engine.harness([brief])
+    h = pg_engine.real_time_harness([brief])
     trace = await h(brief, {})
     assert trace.state == "suspended"
     timeout_at = trace.steps["w"].output["timeout_at_ms"]
@@ -625,6 +627,7 @@ async def test_an_event_committed_after_the_wait_began_is_that_waits() -> None:
         tx = MemoryTransaction()
         with use_connection(tx):
             await publish_event("order.approved", {"order_id": "o1", "by": "in-tx"})
+    trace: JobTrace | None  # drain() below may answer None
     trace = await h(approval, {"key": "o1"})
     assert trace.state == "suspended"  # not committed yet: invisible
     tx.commit()
@@ -658,7 +661,7 @@ async def test_on_postgres_an_event_committed_after_the_wait_began_is_that_waits
     pg_engine: Engine,
 ) -> None:
     assert pg_engine.database_url is not None
-    h = pg_engine.harness([polled_approval])
+    h = pg_engine.real_time_harness([polled_approval])
     async with await psycopg.AsyncConnection.connect(pg_engine.database_url) as conn:
         with h.bound(), use_connection(conn):  # published first, in a transaction ...
             await publish_event("order.approved", {"order_id": "o1", "by": "in-tx"})
@@ -670,14 +673,15 @@ async def test_on_postgres_an_event_committed_after_the_wait_began_is_that_waits
 
 
 async def test_on_postgres_an_event_rolled_back_never_happened(pg_engine: Engine) -> None:
-    assert pg_engine.database_url is not None
-    h = pg_engine.harness([polled_approval])
+    url = pg_engine.database_url
+    assert url is not None
+    h = pg_engine.real_time_harness([polled_approval])
     trace = await h(polled_approval, {"key": "o1"})
     assert trace.state == "suspended"
 
     async def publish_then_fail() -> None:
         async with (
-            AsyncConnectionPool(pg_engine.database_url, min_size=1, open=False) as pool,
+            AsyncConnectionPool(url, min_size=1, open=False) as pool,
             transaction(pool),
         ):
             with h.bound():

@@ -46,8 +46,10 @@ def _job(queue: str, *, name: str | None = None, blocking: bool = False, **kw: A
 
 @pytest.fixture
 def memory() -> Iterator[MemoryJobDriver]:
-    with use_clock(FrozenClock()), swap_adapter(JOB_DRIVER, memory_job_driver()) as d:
-        yield d
+    with use_clock(FrozenClock()):
+        d = memory_job_driver()
+        with swap_adapter(JOB_DRIVER, d):
+            yield d
 
 
 @pytest.fixture
@@ -121,7 +123,7 @@ async def test_a_driver_without_a_lease_store_refuses_jobs_declaring_concurrency
 
     capped = _job("a", name="capped", concurrency=2)
     keyed = _job("a", name="keyed", concurrency=Concurrency(key=lambda i: str(i.n)))
-    w = job_worker(jobs=[capped, keyed, _job("a")], driver=NoLeases(driver))  # type: ignore[arg-type]
+    w = job_worker(jobs=[capped, keyed, _job("a")], driver=NoLeases(driver))
     with pytest.raises(XError) as exc:
         await w.start()
     assert exc.value.code == "X_JOB_CONCURRENCY_UNENFORCEABLE"
@@ -151,7 +153,7 @@ async def test_a_pass_splits_its_room_over_the_queues(driver: EngineDriver) -> N
     gate.clear()
     jobs = await _fill({"a": 5, "b": 0, "c": 5})
     spy = ClaimSpy(driver)
-    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=4, handle_signals=False)  # type: ignore[arg-type]
+    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=4, handle_signals=False)
     assert await w.run_pass() == 4
     # ceil(4/3)=2 for a; the empty b hands its share on; c gets ceil(2/1)=2
     assert spy.claims == [(("a",), 2), (("b",), 1), (("c",), 2)]
@@ -175,7 +177,7 @@ async def test_no_queue_starves_the_next_pass_starts_after_the_last_served(
     gate.clear()
     jobs = await _fill({"a": 10, "b": 10, "c": 10})
     spy = ClaimSpy(driver)
-    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=1, handle_signals=False)  # type: ignore[arg-type]
+    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=1, handle_signals=False)
     served = []
     for _ in range(4):
         spy.claims.clear()
@@ -208,7 +210,7 @@ async def test_an_idle_worker_woken_for_a_queue_claims_that_queue_first(
     jobs = {q: holding(q) for q in ("wake-a", "wake-b", "wake-c")}
     await jobs["wake-c"].enqueue_many([{"n": i} for i in range(3)])
     spy = ClaimSpy(driver)
-    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=2, handle_signals=False)  # type: ignore[arg-type]
+    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=2, handle_signals=False)
     try:
         w.wake("wake-c")
         assert await w.run_pass() == 1
@@ -226,7 +228,7 @@ async def test_without_a_cap_one_claim_covers_every_queue(driver: EngineDriver) 
     jobs = await _fill({"a": 2, "b": 2})
     spy = ClaimSpy(driver)
     gate.set()
-    w = job_worker(jobs=list(jobs.values()), driver=spy, claim_batch=25, handle_signals=False)  # type: ignore[arg-type]
+    w = job_worker(jobs=list(jobs.values()), driver=spy, claim_batch=25, handle_signals=False)
     assert await w.run_pass() == 4
     assert spy.claims == [(("a", "b"), 25)]
     await w.wait_idle()
@@ -245,7 +247,7 @@ async def test_retry_dead_letter_false_jobs_are_named_to_the_claim(
             return await self.inner.claim(**kw)
 
     dropped = _job("a", name="droppable", retry=Retry(dead_letter=False))
-    w = job_worker(jobs=[dropped, _job("a")], driver=Spy(driver), handle_signals=False)  # type: ignore[arg-type]
+    w = job_worker(jobs=[dropped, _job("a")], driver=Spy(driver), handle_signals=False)
     await w.run_pass()
     assert seen == [("droppable",)]
 
@@ -434,7 +436,7 @@ async def test_a_failing_claim_is_logged_and_the_loop_goes_on(driver: EngineDriv
         driver=down,
         poll_interval_ms=2,
         idle_poll_max_ms=4,
-        handle_signals=False,  # type: ignore[arg-type]
+        handle_signals=False,
     )
     with capture_log_events() as events:
         await w.start()

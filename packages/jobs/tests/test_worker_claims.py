@@ -83,7 +83,7 @@ async def test_a_backlog_of_short_runs_doubles_the_claims_up_to_the_ceiling(
     spy = Spy(driver)
     worker = job_worker(
         jobs=[short],
-        driver=spy,  # type: ignore[arg-type]
+        driver=spy,
         claim_batch=4,
         poll_interval_ms=2000,  # every pass below is the worker's own, not a poll's
         idle_poll_max_ms=2000,
@@ -111,7 +111,7 @@ async def test_the_next_claim_goes_out_while_the_acks_are_still_out(driver: Engi
     spy.acks_open.clear()  # every ack_many hangs until the test lets it through
     worker = job_worker(
         jobs=[short],
-        driver=spy,  # type: ignore[arg-type]
+        driver=spy,
         claim_batch=10,
         poll_interval_ms=2000,
         idle_poll_max_ms=2000,
@@ -138,7 +138,7 @@ async def test_a_run_still_in_its_body_holds_the_claim_size(driver: EngineDriver
     spy = Spy(driver)
     worker = job_worker(
         jobs=[mixed],
-        driver=spy,  # type: ignore[arg-type]
+        driver=spy,
         claim_batch=5,
         poll_interval_ms=2000,
         idle_poll_max_ms=2000,
@@ -163,7 +163,7 @@ async def test_a_capped_worker_never_asks_past_its_room(driver: EngineDriver) ->
     spy = Spy(driver)
     worker = job_worker(
         jobs=[short],
-        driver=spy,  # type: ignore[arg-type]
+        driver=spy,
         max_in_flight=6,
         claim_batch=2,
         poll_interval_ms=2000,

@@ -13,7 +13,7 @@ import psycopg
 from pydantic import BaseModel
 
 from ultimat3.core import capture_log_events, swap_adapter
-from ultimat3.jobs import JobContext, Step, job, job_worker
+from ultimat3.jobs import JobContext, JobWorker, Step, job, job_worker
 from ultimat3.jobs._ports import DriverEventBus, QueueWake, driver_event_bus, driver_wake
 from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
@@ -33,6 +33,12 @@ async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out waiting"
         await asyncio.sleep(0.01)
+
+
+def wake_proven(worker: JobWorker) -> bool:
+    """``worker.wake_proven`` read through a call, so mypy does not keep the property narrowed
+    by an assert across the awaits that change it."""
+    return worker.wake_proven
 
 
 class Handle:
@@ -88,7 +94,7 @@ async def test_start_starts_the_wake_and_stop_stops_it() -> None:
     woken = counting_job(seen)
     worker = job_worker(
         jobs=[woken],
-        driver=driver,  # type: ignore[arg-type]
+        driver=driver,
         poll_interval_ms=5000,
         idle_poll_max_ms=5000,
         handle_signals=False,
@@ -98,7 +104,7 @@ async def test_start_starts_the_wake_and_stop_stops_it() -> None:
         try:
             [handle] = driver.handles
             assert handle.queues == ["q"]
-            assert not worker.wake_proven
+            assert not wake_proven(worker)
             await asyncio.sleep(0.05)  # the first (empty) pass is behind it
             await woken.enqueue({"n": 1})
             await asyncio.sleep(0.05)
@@ -117,7 +123,7 @@ async def test_a_proven_wake_stretches_the_idle_poll_to_five_seconds() -> None:
     driver = WakingDriver(memory_job_driver())
     worker = job_worker(
         jobs=[counting_job([])],
-        driver=driver,  # type: ignore[arg-type]
+        driver=driver,
         poll_interval_ms=100,
         idle_poll_max_ms=2000,
         handle_signals=False,
@@ -134,7 +140,7 @@ async def test_a_proven_wake_stretches_the_idle_poll_to_five_seconds() -> None:
         jobs=[counting_job([])],
         driver=driver,
         idle_poll_max_ms=9000,
-        handle_signals=False,  # type: ignore[arg-type]
+        handle_signals=False,
     )
     await roomy.start()
     try:
@@ -150,7 +156,7 @@ async def test_a_wake_that_fails_to_start_leaves_the_worker_polling() -> None:
     woken = counting_job(seen)
     worker = job_worker(
         jobs=[woken],
-        driver=driver,  # type: ignore[arg-type]
+        driver=driver,
         poll_interval_ms=20,
         idle_poll_max_ms=40,
         handle_signals=False,
@@ -307,7 +313,7 @@ async def test_without_a_bus_anywhere_a_wait_still_names_the_fix() -> None:
     async def busless(input: N, step: Step, ctx: JobContext) -> None:
         await step.wait_for_event("ok", "approved", schema=Approved)
 
-    worker = job_worker(jobs=[busless], driver=driver, poll_interval_ms=20, handle_signals=False)  # type: ignore[arg-type]
+    worker = job_worker(jobs=[busless], driver=driver, poll_interval_ms=20, handle_signals=False)
     with swap_adapter(JOB_DRIVER, driver.inner):
         queued = await busless.enqueue({"n": 1})
         await worker.start()
