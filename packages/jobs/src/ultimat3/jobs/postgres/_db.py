@@ -218,7 +218,7 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         loop = asyncio.get_running_loop()
         fileno = pgconn.socket
         while pgconn.flush():  # a large parameter the socket took only part of
-            await _ready(loop, fileno, write=True)
+            await _writable(loop, fileno)
         first = None
         while True:
             pgconn.consume_input()
@@ -302,20 +302,14 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _ready(loop: asyncio.AbstractEventLoop, fileno: int, *, write: bool) -> None:
-    """Until the socket can be written (``write``) or read."""
+async def _writable(loop: asyncio.AbstractEventLoop, fileno: int) -> None:
+    """Until the socket can be written (reads wait on the connection's lean watch)."""
     future = loop.create_future()
-    if write:
-        loop.add_writer(fileno, _wake, future)
-    else:
-        loop.add_reader(fileno, _wake, future)
+    loop.add_writer(fileno, _wake, future)
     try:
         await future
     finally:
-        if write:
-            loop.remove_writer(fileno)
-        else:
-            loop.remove_reader(fileno)
+        loop.remove_writer(fileno)
 
 
 LEAN: Final = frozenset({"enqueue", "enqueue_blind", "enqueue_holder"})
