@@ -1,3 +1,38 @@
-"""ultimat3.entity: the distribution exists; its capability lands with its own issue."""
+"""ultimat3.entity: declared tables over psycopg 3 — not an ORM. Declarations, migrate(),
+transactions that jobs join, the table handle (insert, upsert_all, where, series), tenancy,
+sealed columns, views, partitions, search documents and the memory database."""
 
-__all__: list[str] = []
+from ._columns import Column, Reference, bigint, boolean, integer, jsonb, numeric, text, timestamp, uuid
+from ._database import Database, database
+from ._entity import SOFT_DELETE_COLUMN, Entity, Index, PartitionBy, View, entity
+from ._handle import UPSERT_CHUNK, Query, Table
+from ._sealing import KeyRing, redact
+from ._series import SERIES_UNITS, SeriesPoint
+
+__all__ = [
+    "SERIES_UNITS",
+    "SOFT_DELETE_COLUMN",
+    "UPSERT_CHUNK",
+    "Column",
+    "Database",
+    "Entity",
+    "Index",
+    "KeyRing",
+    "PartitionBy",
+    "Query",
+    "Reference",
+    "SeriesPoint",
+    "Table",
+    "View",
+    "bigint",
+    "boolean",
+    "database",
+    "entity",
+    "integer",
+    "jsonb",
+    "numeric",
+    "redact",
+    "text",
+    "timestamp",
+    "uuid",
+]
