@@ -5,6 +5,7 @@ sealed columns, views, partitions, search documents and the memory database."""
 from ._columns import Column, Reference, bigint, boolean, integer, jsonb, numeric, text, timestamp, uuid
 from ._database import Database, database
 from ._entity import SOFT_DELETE_COLUMN, Entity, Index, PartitionBy, View, entity
+from ._memory import MemoryDatabase, memory_database
 from ._handle import UPSERT_CHUNK, Query, Table
 from ._sealing import KeyRing, redact
 from ._series import SERIES_UNITS, SeriesPoint
@@ -18,6 +19,7 @@ __all__ = [
     "Entity",
     "Index",
     "KeyRing",
+    "MemoryDatabase",
     "PartitionBy",
     "Query",
     "Reference",
@@ -30,6 +32,7 @@ __all__ = [
     "entity",
     "integer",
     "jsonb",
+    "memory_database",
     "numeric",
     "redact",
     "text",
