@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import psycopg
 import pytest
@@ -28,6 +28,18 @@ async def drop_schema(url: str, schema: str) -> None:
         await conn.execute(
             sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
         )
+
+
+@pytest.fixture
+def sync_schema(database_url: str) -> Iterator[str]:
+    """A schema name of this test's own for tests that run their own event loop per example
+    (hypothesis over Postgres); dropped afterwards."""
+    schema = f"x_ent_{uuid.uuid4().hex[:16]}"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+from datetime import UTC
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -204,15 +205,17 @@ class MemoryStore:
         for row in self.rows[ent.name]:
             if row.get(on) is None or not all(_match(row, f) for f in filters):
                 continue
-            buckets.setdefault(bucket_of(row[on], unit, tz), []).append(row)
+            # keyed in UTC: two wall-clock-equal buckets of a repeated hour stay apart
+            buckets.setdefault(bucket_of(row[on], unit, tz).astimezone(UTC), []).append(row)
         points = []
         for bucket in sorted(buckets):
             rows = buckets[bucket]
+            local = bucket.astimezone(tz)
             if value[0] == "count":
-                points.append(SeriesPoint(bucket, len(rows)))
+                points.append(SeriesPoint(local, len(rows)))
                 continue
             nums = [r[str(value[1])] for r in rows if r[str(value[1])] is not None]
-            points.append(SeriesPoint(bucket, sum(nums) if nums else None))
+            points.append(SeriesPoint(local, sum(nums) if nums else None))
         return points
 
     async def refresh(self, ent: Entity, concurrently: bool) -> None:
