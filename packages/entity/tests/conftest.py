@@ -47,8 +47,11 @@ async def make_db(database_url: str) -> AsyncIterator[MakeDb]:
     """``make_db(entities, key_ring=None)``: a database on a fresh schema of this test's own."""
     made: list[Database] = []
 
-    def make(entities: Sequence[Entity], key_ring: KeyRing | None = None) -> Database:
-        schema = f"x_ent_{uuid.uuid4().hex[:16]}"
+    def make(
+        entities: Sequence[Entity], key_ring: KeyRing | None = None, *, schema: str | None = None
+    ) -> Database:
+        """``schema=`` another database's schema: a second view of the same tables."""
+        schema = schema or f"x_ent_{uuid.uuid4().hex[:16]}"
         db = database(database_url, entities, schema=schema, key_ring=key_ring)
         made.append(db)
         return db
@@ -58,5 +61,6 @@ async def make_db(database_url: str) -> AsyncIterator[MakeDb]:
     finally:
         for db in made:
             await db.close()
-            assert db.schema is not None
-            await drop_schema(database_url, db.schema)
+        for schema in {db.schema for db in made}:
+            assert schema is not None
+            await drop_schema(database_url, schema)

@@ -61,8 +61,7 @@ async def test_a_changed_column_type_is_refused_naming_it(make_db: MakeDb) -> No
     await db.migrate()
     changed = entity("user", columns={"id": uuid().primary_key(), "email": text().unique(),
                                       "order": text().default("0")})
-    again = make_db([changed])
-    again.store.schema = db.schema
+    again = make_db([changed], schema=db.schema)
     with pytest.raises(XError) as caught:
         await again.migrate()
     assert caught.value.code == "X_ENTITY_SCHEMA_DRIFT"
@@ -74,14 +73,12 @@ async def test_a_new_nullable_column_is_added_and_a_required_one_refused(make_db
     await db.migrate()
     grown = entity("user", columns={"id": uuid().primary_key(), "email": text().unique(),
                                     "order": integer().default(0), "bio": text().nullable()})
-    more = make_db([grown])
-    more.store.schema = db.schema
+    more = make_db([grown], schema=db.schema)
     assert (await more.migrate())["created"] == ["column user.bio"]
     strict = entity("user", columns={"id": uuid().primary_key(), "email": text().unique(),
                                      "order": integer().default(0), "bio": text().nullable(),
                                      "nick": text(), "extra": text().nullable()})
-    refused = make_db([strict])
-    refused.store.schema = db.schema
+    refused = make_db([strict], schema=db.schema)
     with pytest.raises(XError) as caught:
         await refused.migrate()
     assert caught.value.code == "X_ENTITY_SCHEMA_DRIFT" and "user.nick" in caught.value.message

@@ -7,7 +7,7 @@ from ._database import Database, database
 from ._entity import SOFT_DELETE_COLUMN, Entity, Index, PartitionBy, View, entity
 from ._memory import MemoryDatabase, memory_database
 from ._handle import UPSERT_CHUNK, Query, Table
-from ._sealing import KeyRing, redact
+from ._sealing import KeyRing, exportable, redact
 from ._series import SERIES_UNITS, SeriesPoint
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "boolean",
     "database",
     "entity",
+    "exportable",
     "integer",
     "jsonb",
     "memory_database",

@@ -11,11 +11,15 @@ import base64
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ultimat3.core import XError
+
+if TYPE_CHECKING:
+    from ._entity import Entity
 
 _MAGIC = b"x1"
 _FIX = "KeyRing({'2026-12': base64_32_byte_key}) — generate one with KeyRing.generate_key()"
@@ -121,6 +125,13 @@ def _unreadable(where: str, why: str) -> XError:
 REDACTED = "[sealed]"
 
 
-def redact(entity_columns: tuple[str, ...], row: Mapping[str, object]) -> dict[str, object]:
+def redact(ent: Entity, row: Mapping[str, object]) -> dict[str, object]:
     """``row`` with every sealed column's value replaced by ``"[sealed]"`` (for logs)."""
-    return {k: (REDACTED if k in entity_columns and v is not None else v) for k, v in row.items()}
+    sealed = ent.sealed_columns
+    return {k: (REDACTED if k in sealed and v is not None else v) for k, v in row.items()}
+
+
+def exportable(ent: Entity, row: Mapping[str, object]) -> dict[str, object]:
+    """``row`` without its sealed columns (what an export may carry)."""
+    sealed = ent.sealed_columns
+    return {k: v for k, v in row.items() if k not in sealed}
