@@ -7,10 +7,12 @@ from ._database import Database, database
 from ._entity import SOFT_DELETE_COLUMN, Entity, Index, PartitionBy, View, entity
 from ._memory import MemoryDatabase, memory_database
 from ._handle import UPSERT_CHUNK, Query, Table
+from ._partitions import PARTITION_LOCK_TIMEOUT_MS, maintain_partitions
 from ._sealing import KeyRing, exportable, redact
 from ._series import SERIES_UNITS, SeriesPoint
 
 __all__ = [
+    "PARTITION_LOCK_TIMEOUT_MS",
     "SERIES_UNITS",
     "SOFT_DELETE_COLUMN",
     "UPSERT_CHUNK",
@@ -33,6 +35,7 @@ __all__ = [
     "exportable",
     "integer",
     "jsonb",
+    "maintain_partitions",
     "memory_database",
     "numeric",
     "redact",
