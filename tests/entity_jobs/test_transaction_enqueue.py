@@ -33,13 +33,16 @@ async def _notify(input: Notify, step: Any, ctx: Any) -> None:
     return None
 
 
-notify = job(input=Notify, name="entity_tx.notify", idempotency_key=lambda i: i.post_id,
-             run=_notify)
+notify = job(
+    input=Notify, name="entity_tx.notify", idempotency_key=lambda i: i.post_id, run=_notify
+)
 
 
 async def _drop(schema: str) -> None:
     async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+        )
 
 
 @pytest.fixture
@@ -61,8 +64,9 @@ async def both() -> AsyncIterator[tuple[Database, PostgresJobDriver]]:
 
 
 async def _queued(driver: PostgresJobDriver) -> list[str]:
-    claimed = await driver.claim(queues=["default"], limit=100, worker_id="w",
-                                 visibility_timeout_ms=60_000)
+    claimed = await driver.claim(
+        queues=["default"], limit=100, worker_id="w", visibility_timeout_ms=60_000
+    )
     return [str(c.payload["post_id"]) for c in claimed]
 
 
@@ -71,11 +75,15 @@ async def test_a_rolled_back_transaction_takes_its_enqueued_job_with_it(
 ) -> None:
     db, driver = both
     pid = new_id()
-    with pytest.raises(RuntimeError, match="after the enqueue"):
+
+    async def publish_then_fail() -> None:
         async with db.transaction():
             await db.posts.insert({"id": pid, "title": "draft"})
             await notify.enqueue(Notify(post_id=pid))
             raise RuntimeError("a business rule failed after the enqueue")
+
+    with pytest.raises(RuntimeError, match="after the enqueue"):
+        await publish_then_fail()
     assert await db.posts.count() == 0
     assert await _queued(driver) == []
 
@@ -100,10 +108,14 @@ async def test_an_enqueue_in_a_rolled_back_savepoint_is_gone_and_the_outer_commi
     kept, dropped = new_id(), new_id()
     async with db.transaction():
         await notify.enqueue(Notify(post_id=kept))
-        with pytest.raises(RuntimeError):
+
+        async def inner_fails() -> None:
             async with db.transaction():
                 await db.posts.insert({"id": dropped, "title": "inner"})
                 await notify.enqueue(Notify(post_id=dropped))
                 raise RuntimeError("inner block fails")
+
+        with pytest.raises(RuntimeError, match="inner block fails"):
+            await inner_fails()
     assert await db.posts.count() == 0
     assert await _queued(driver) == [kept]

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-
 from ultimat3.entity import memory_database
 from ultimat3.entity.testing import CONFORMANCE, CONFORMANCE_KEY_RING, conformance_entities
 

@@ -60,8 +60,10 @@ def test_an_unknown_primary_key_or_index_column_is_refused() -> None:
 
 
 def test_a_primary_key_given_twice_differently_is_refused() -> None:
-    refused(lambda: entity("t", columns={"a": text().primary_key(), "b": text()},
-                           primary_key=["b"]), "disagrees")
+    refused(
+        lambda: entity("t", columns={"a": text().primary_key(), "b": text()}, primary_key=["b"]),
+        "disagrees",
+    )
 
 
 def test_two_tenant_columns_are_refused() -> None:
@@ -81,33 +83,52 @@ def test_sealed_only_on_text_and_never_a_key() -> None:
 
 
 def test_soft_delete_declares_deleted_at_itself_and_excludes_append_only() -> None:
-    refused(lambda: entity("t", columns={"deleted_at": timestamp()}, soft_delete=True),
-            "deleted_at")
-    refused(lambda: entity("t", columns={"a": text()}, soft_delete=True, append_only=True),
-            "exclude")
+    refused(
+        lambda: entity("t", columns={"deleted_at": timestamp()}, soft_delete=True), "deleted_at"
+    )
+    refused(
+        lambda: entity("t", columns={"a": text()}, soft_delete=True, append_only=True), "exclude"
+    )
 
 
 def test_a_partition_column_must_be_a_timestamp_inside_every_unique_key() -> None:
     refused(lambda: entity("t", columns={"a": text()}, partition_by=PartitionBy("a")), "'a'")
     refused(
-        lambda: entity("t", columns={"id": uuid().primary_key(), "at": timestamp()},
-                       partition_by=PartitionBy("at")),
+        lambda: entity(
+            "t",
+            columns={"id": uuid().primary_key(), "at": timestamp()},
+            partition_by=PartitionBy("at"),
+        ),
         "partition column",
     )
     refused(
-        lambda: entity("t", columns={"id": uuid(), "at": timestamp()}, primary_key=["id", "at"],
-                       partition_by=PartitionBy("at", retain="soon")),
+        lambda: entity(
+            "t",
+            columns={"id": uuid(), "at": timestamp()},
+            primary_key=["id", "at"],
+            partition_by=PartitionBy("at", retain="soon"),
+        ),
         "retain",
     )
-    ok = entity("t", columns={"id": uuid(), "at": timestamp()}, primary_key=["id", "at"],
-                indexes=[Index(("at",))], partition_by=PartitionBy("at", unit="day", retain="30d"))
+    ok = entity(
+        "t",
+        columns={"id": uuid(), "at": timestamp()},
+        primary_key=["id", "at"],
+        indexes=[Index(("at",))],
+        partition_by=PartitionBy("at", unit="day", retain="30d"),
+    )
     assert ok.partition_by is not None and ok.partition_by.retain_ms() == 30 * 86_400_000
 
 
 def test_references_need_a_declared_target_with_one_key_column() -> None:
     users = entity("users", columns={"id": uuid().primary_key()})
-    posts = entity("posts", columns={"id": uuid().primary_key(),
-                                     "author": uuid().references(users, on_delete="cascade")})
+    posts = entity(
+        "posts",
+        columns={
+            "id": uuid().primary_key(),
+            "author": uuid().references(users, on_delete="cascade"),
+        },
+    )
     refused(lambda: memory_database([posts]), "posts.author", "users")
     memory_database([users, posts])
     refused(lambda: uuid().references(users, on_delete="explode"), "explode")  # type: ignore[arg-type]

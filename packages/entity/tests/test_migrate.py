@@ -14,22 +14,33 @@ from ultimat3.entity import Index, View, entity, integer, numeric, text, uuid
 
 MakeDb = Callable[..., Any]
 
-users = entity("user", columns={"id": uuid().primary_key(), "email": text().unique(),
-                                "order": integer().default(0)})
-posts = entity("post", columns={
-    "id": uuid().primary_key(),
-    "author": uuid().references(users, on_delete="cascade"),
-    "title": text(),
-}, indexes=[Index(("author", "title"))])
-counts = entity("post_counts", columns={"author": uuid(), "n": numeric()},
-                view=View("select author, count(*)::numeric as n from post group by author"))
+users = entity(
+    "user",
+    columns={"id": uuid().primary_key(), "email": text().unique(), "order": integer().default(0)},
+)
+posts = entity(
+    "post",
+    columns={
+        "id": uuid().primary_key(),
+        "author": uuid().references(users, on_delete="cascade"),
+        "title": text(),
+    },
+    indexes=[Index(("author", "title"))],
+)
+counts = entity(
+    "post_counts",
+    columns={"author": uuid(), "n": numeric()},
+    view=View("select author, count(*)::numeric as n from post group by author"),
+)
 
 
 async def _tables(db: Any) -> set[str]:
     async with db.store.connection() as conn:
         cur = await conn.execute(
             "select relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "
-            "where n.nspname = %s", [db.schema])
+            "where n.nspname = %s",
+            [db.schema],
+        )
         return {r[0] for r in await cur.fetchall()}
 
 
@@ -59,8 +70,14 @@ async def test_two_concurrent_migrations_are_safe(make_db: MakeDb) -> None:
 async def test_a_changed_column_type_is_refused_naming_it(make_db: MakeDb) -> None:
     db = make_db([users])
     await db.migrate()
-    changed = entity("user", columns={"id": uuid().primary_key(), "email": text().unique(),
-                                      "order": text().default("0")})
+    changed = entity(
+        "user",
+        columns={
+            "id": uuid().primary_key(),
+            "email": text().unique(),
+            "order": text().default("0"),
+        },
+    )
     again = make_db([changed], schema=db.schema)
     with pytest.raises(XError) as caught:
         await again.migrate()
@@ -71,20 +88,38 @@ async def test_a_changed_column_type_is_refused_naming_it(make_db: MakeDb) -> No
 async def test_a_new_nullable_column_is_added_and_a_required_one_refused(make_db: MakeDb) -> None:
     db = make_db([users])
     await db.migrate()
-    grown = entity("user", columns={"id": uuid().primary_key(), "email": text().unique(),
-                                    "order": integer().default(0), "bio": text().nullable()})
+    grown = entity(
+        "user",
+        columns={
+            "id": uuid().primary_key(),
+            "email": text().unique(),
+            "order": integer().default(0),
+            "bio": text().nullable(),
+        },
+    )
     more = make_db([grown], schema=db.schema)
     assert (await more.migrate())["created"] == ["column user.bio"]
-    strict = entity("user", columns={"id": uuid().primary_key(), "email": text().unique(),
-                                     "order": integer().default(0), "bio": text().nullable(),
-                                     "nick": text(), "extra": text().nullable()})
+    strict = entity(
+        "user",
+        columns={
+            "id": uuid().primary_key(),
+            "email": text().unique(),
+            "order": integer().default(0),
+            "bio": text().nullable(),
+            "nick": text(),
+            "extra": text().nullable(),
+        },
+    )
     refused = make_db([strict], schema=db.schema)
     with pytest.raises(XError) as caught:
         await refused.migrate()
     assert caught.value.code == "X_ENTITY_SCHEMA_DRIFT" and "user.nick" in caught.value.message
     async with db.store.connection() as conn:
-        cur = await conn.execute("select column_name from information_schema.columns where "
-                                 "table_schema = %s and table_name = 'user'", [db.schema])
+        cur = await conn.execute(
+            "select column_name from information_schema.columns where "
+            "table_schema = %s and table_name = 'user'",
+            [db.schema],
+        )
         assert "extra" not in {r[0] for r in await cur.fetchall()}, "half-migrated"
 
 

@@ -17,8 +17,10 @@ from ultimat3.entity import KeyRing, database, entity, redact, text, uuid
 MakeDb = Callable[..., Any]
 
 K1, K2 = KeyRing.generate_key(), KeyRing.generate_key()
-people = entity("people", columns={"id": uuid().primary_key(),
-                                   "ssn": text().sealed().personal_data("national_id")})
+people = entity(
+    "people",
+    columns={"id": uuid().primary_key(), "ssn": text().sealed().personal_data("national_id")},
+)
 printable = st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=200)
 
 
@@ -29,8 +31,9 @@ async def _stored(db: Any, pid: str) -> bytes:
         return bytes(row[0])
 
 
-@settings(max_examples=50, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(secret=printable)
 def test_any_text_round_trips_and_the_ciphertext_never_contains_it(
     sync_schema: str, database_url: str, secret: str
@@ -91,6 +94,8 @@ def test_key_ring_refusals_and_parse() -> None:
 
 def test_redact_hides_sealed_values_for_logs() -> None:
     assert redact(people, {"id": "x", "ssn": "123"}) == {"id": "x", "ssn": "[sealed]"}
+
+
 def test_exportable_drops_sealed_columns() -> None:
     from ultimat3.entity import exportable
 

@@ -18,8 +18,14 @@ from ultimat3.entity import SERIES_UNITS, database, entity, memory_database, tex
 from ultimat3.entity import uuid as uuid_col
 
 # zones whose changes fall on a whole local hour, away from midnight (half-hour offsets too)
-ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Sydney", "Asia/Kolkata",
-         "America/St_Johns"]
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Sydney",
+    "Asia/Kolkata",
+    "America/St_Johns",
+]
 
 hits = entity("hits", columns={"id": uuid_col().primary_key(), "what": text(), "at": timestamp()})
 
@@ -49,8 +55,9 @@ def reference(instant: datetime, unit: str, zone: str) -> datetime:
     if unit == "minute":
         return instant - timedelta(seconds=local.second, microseconds=local.microsecond)
     if unit == "hour":
-        return instant - timedelta(minutes=local.minute, seconds=local.second,
-                                   microseconds=local.microsecond)
+        return instant - timedelta(
+            minutes=local.minute, seconds=local.second, microseconds=local.microsecond
+        )
     d: date = local.date()
     start = {
         "day": d,
@@ -67,8 +74,9 @@ def cases(draw: Any) -> tuple[str, str, list[datetime]]:
     zone = draw(st.sampled_from(ZONES))
     unit = draw(st.sampled_from(SERIES_UNITS))
     base = draw(st.sampled_from(TRANSITIONS[zone]))
-    offsets = draw(st.lists(st.integers(-3 * 86_400_000_000, 3 * 86_400_000_000), min_size=1,
-                            max_size=12))
+    offsets = draw(
+        st.lists(st.integers(-3 * 86_400_000_000, 3 * 86_400_000_000), min_size=1, max_size=12)
+    )
     return zone, unit, [base + timedelta(microseconds=o) for o in offsets]
 
 
@@ -83,8 +91,9 @@ async def _series(db: Any, zone: str, unit: str, instants: list[datetime]) -> li
     return list(await db.hits.where().series(on="at", unit=unit, time_zone=zone))
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(case=cases())
 def test_postgres_buckets_equal_the_zoneinfo_reference(
     sync_schema: str, database_url: str, case: tuple[str, str, list[datetime]]
@@ -121,16 +130,24 @@ def test_a_dst_day_is_23_or_25_hours_in_the_reference() -> None:
 
 def test_a_repeated_hour_is_two_buckets() -> None:
     # 2026-11-01 01:30 happens twice in New York: EDT (05:30Z) and EST (06:30Z)
-    first, second = datetime(2026, 11, 1, 5, 30, tzinfo=UTC), datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+    first, second = (
+        datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
+        datetime(2026, 11, 1, 6, 30, tzinfo=UTC),
+    )
     got = asyncio.run(_series(memory_database([hits]), "America/New_York", "hour", [first, second]))
-    assert [p.bucket.astimezone(UTC) for p in got] == [first - timedelta(minutes=30),
-                                                        second - timedelta(minutes=30)]
+    assert [p.bucket.astimezone(UTC) for p in got] == [
+        first - timedelta(minutes=30),
+        second - timedelta(minutes=30),
+    ]
 
 
 async def test_series_refuses_a_non_timestamp_column_and_a_bad_value() -> None:
     db = memory_database([hits])
-    for kwargs in ({"on": "what", "unit": "day"}, {"on": "at", "unit": "day", "value": "avg"},
-                   {"on": "at", "unit": "day", "value": ("sum", "what")}):
+    for kwargs in (
+        {"on": "what", "unit": "day"},
+        {"on": "at", "unit": "day", "value": "avg"},
+        {"on": "at", "unit": "day", "value": ("sum", "what")},
+    ):
         with pytest.raises(XError) as caught:
             await db.hits.where().series(**kwargs)
         assert caught.value.code == "X_ENTITY_QUERY_INVALID"

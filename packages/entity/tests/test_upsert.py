@@ -16,17 +16,21 @@ from ultimat3.entity import UPSERT_CHUNK, Index, bigint, database, entity, memor
 
 MakeDb = Callable[..., Any]
 
-tally = entity("tally", columns={"k": text(), "part": bigint(), "v": bigint(),
-                                 "note": text().nullable()},
-               indexes=[Index(("k", "part"), unique=True)])
+tally = entity(
+    "tally",
+    columns={"k": text(), "part": bigint(), "v": bigint(), "note": text().nullable()},
+    indexes=[Index(("k", "part"), unique=True)],
+)
 
 rows_st = st.lists(
-    st.fixed_dictionaries({
-        "k": st.sampled_from(["a", "b", "c", "order", "é"]),
-        "part": st.integers(0, 3),
-        "v": st.integers(-(2**63), 2**63 - 1),
-        "note": st.none() | st.text(st.characters(blacklist_characters="\x00"), max_size=5),
-    }),
+    st.fixed_dictionaries(
+        {
+            "k": st.sampled_from(["a", "b", "c", "order", "é"]),
+            "part": st.integers(0, 3),
+            "v": st.integers(-(2**63), 2**63 - 1),
+            "note": st.none() | st.text(st.characters(blacklist_characters="\x00"), max_size=5),
+        }
+    ),
     max_size=30,
 )
 
@@ -36,8 +40,9 @@ def one_by_one(model: dict[tuple[str, int], dict[str, Any]], rows: list[dict[str
         model[(r["k"], r["part"])] = dict(r)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(batches=st.lists(rows_st, max_size=4))
 def test_upsert_all_equals_upserting_one_by_one_on_postgres(
     sync_schema: str, database_url: str, batches: list[list[dict[str, Any]]]
@@ -69,8 +74,9 @@ async def test_upsert_all_equals_upserting_one_by_one_in_memory(
     assert {(r["k"], r["part"]): r for r in await db.tally.all()} == model
 
 
-async def test_one_statement_per_thousand_rows(make_db: MakeDb, monkeypatch: pytest.MonkeyPatch
-                                                ) -> None:
+async def test_one_statement_per_thousand_rows(
+    make_db: MakeDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = make_db([tally])
     await db.migrate()
     sent: list[int] = []
@@ -89,8 +95,9 @@ async def test_one_statement_per_thousand_rows(make_db: MakeDb, monkeypatch: pyt
 async def test_a_bad_row_in_a_later_chunk_writes_no_earlier_chunk(make_db: MakeDb) -> None:
     db = make_db([tally])
     await db.migrate()
-    rows: list[dict[str, Any]] = [{"k": f"k{i}", "part": 0, "v": i, "note": None}
-                                  for i in range(1_500)]
+    rows: list[dict[str, Any]] = [
+        {"k": f"k{i}", "part": 0, "v": i, "note": None} for i in range(1_500)
+    ]
     rows[1_200]["v"] = 2**63
     with pytest.raises(XError) as caught:
         await db.tally.upsert_all(rows, on_conflict=["k", "part"])
@@ -101,10 +108,13 @@ async def test_a_bad_row_in_a_later_chunk_writes_no_earlier_chunk(make_db: MakeD
 async def test_rows_giving_different_columns_are_refused() -> None:
     db = memory_database([tally])
     with pytest.raises(XError) as caught:
-        await db.tally.upsert_all([{"k": "a", "part": 0, "v": 1},
-                                   {"k": "b", "part": 0, "v": 1, "note": "x"}],
-                                  on_conflict=["k", "part"])
-    assert caught.value.code == "X_ENTITY_VALUE_INVALID" and "different columns" in str(caught.value)
+        await db.tally.upsert_all(
+            [{"k": "a", "part": 0, "v": 1}, {"k": "b", "part": 0, "v": 1, "note": "x"}],
+            on_conflict=["k", "part"],
+        )
+    assert caught.value.code == "X_ENTITY_VALUE_INVALID" and "different columns" in str(
+        caught.value
+    )
 
 
 async def test_an_on_conflict_no_unique_index_covers_is_refused_naming_the_columns() -> None:

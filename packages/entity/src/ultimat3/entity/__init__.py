@@ -2,11 +2,22 @@
 transactions that jobs join, the table handle (insert, upsert_all, where, series), tenancy,
 sealed columns, views, partitions, search documents and the memory database."""
 
-from ._columns import Column, Reference, bigint, boolean, integer, jsonb, numeric, text, timestamp, uuid
+from ._columns import (
+    Column,
+    Reference,
+    bigint,
+    boolean,
+    integer,
+    jsonb,
+    numeric,
+    text,
+    timestamp,
+    uuid,
+)
 from ._database import Database, database
 from ._entity import SOFT_DELETE_COLUMN, Entity, Index, PartitionBy, View, entity
-from ._memory import MemoryDatabase, memory_database
 from ._handle import UPSERT_CHUNK, Query, Table
+from ._memory import MemoryDatabase, memory_database
 from ._partitions import PARTITION_LOCK_TIMEOUT_MS, maintain_partitions
 from ._sealing import KeyRing, exportable, redact
 from ._series import SERIES_UNITS, SeriesPoint

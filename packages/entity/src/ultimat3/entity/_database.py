@@ -26,11 +26,17 @@ def check_entities(entities: Sequence[Entity], key_ring: KeyRing | None) -> dict
     by_name: dict[str, Entity] = {}
     for ent in entities:
         if not isinstance(ent, Entity):
-            raise XError("X_CONFIG_INVALID", f"database: {ent!r} is not an entity()",
-                         fix="database(dsn, [orders, customers])")
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"database: {ent!r} is not an entity()",
+                fix="database(dsn, [orders, customers])",
+            )
         if ent.name in by_name:
-            raise XError("X_CONFIG_INVALID", f"database: two entities named {ent.name!r}",
-                         fix="give each entity its own name")
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"database: two entities named {ent.name!r}",
+                fix="give each entity its own name",
+            )
         by_name[ent.name] = ent
     for ent in entities:
         for col_name, col in ent.columns.items():
@@ -39,18 +45,26 @@ def check_entities(entities: Sequence[Entity], key_ring: KeyRing | None) -> dict
                 continue
             target = by_name.get(ref.target_name)
             if target is None:
-                raise XError("X_CONFIG_INVALID", f"{ent.name}.{col_name} references "
-                             f"{ref.target_name!r}, which this database does not declare",
-                             fix="pass the referenced entity to database() too")
+                raise XError(
+                    "X_CONFIG_INVALID",
+                    f"{ent.name}.{col_name} references "
+                    f"{ref.target_name!r}, which this database does not declare",
+                    fix="pass the referenced entity to database() too",
+                )
             if len(target.primary_key) != 1:
-                raise XError("X_CONFIG_INVALID", f"{ent.name}.{col_name} references "
-                             f"{target.name!r}, which has no single-column primary key",
-                             fix="reference an entity with one primary key column")
+                raise XError(
+                    "X_CONFIG_INVALID",
+                    f"{ent.name}.{col_name} references "
+                    f"{target.name!r}, which has no single-column primary key",
+                    fix="reference an entity with one primary key column",
+                )
         if ent.sealed_columns and key_ring is None:
-            raise XError("X_CONFIG_INVALID", f"database: {ent.name!r} has sealed columns "
-                         f"{list(ent.sealed_columns)} and no key_ring was given",
-                         fix="database(dsn, entities, key_ring=KeyRing.parse(os.environ["
-                         "'ENTITY_KEYS']))")
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"database: {ent.name!r} has sealed columns "
+                f"{list(ent.sealed_columns)} and no key_ring was given",
+                fix="database(dsn, entities, key_ring=KeyRing.parse(os.environ['ENTITY_KEYS']))",
+            )
     return by_name
 
 
@@ -84,7 +98,10 @@ class Database:
         async with self._lock:
             if self._pool_obj is None:
                 pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                    str(self._dsn), min_size=1, max_size=4, open=False,
+                    str(self._dsn),
+                    min_size=1,
+                    max_size=4,
+                    open=False,
                 )
                 await pool.open(wait=True, timeout=10)
                 self._pool_obj = pool
@@ -94,17 +111,18 @@ class Database:
         tables = self.__dict__.get("_tables", {})
         if name in tables:
             return tables[name]  # type: ignore[no-any-return]
-        raise AttributeError(
-            f"database has no entity {name!r} (declared: {sorted(tables)})"
-        )
+        raise AttributeError(f"database has no entity {name!r} (declared: {sorted(tables)})")
 
     def table(self, name: str) -> Table:
         """The handle of entity ``name`` (as ``db.<name>``)."""
         try:
             return self._tables[name]
         except KeyError:
-            raise XError("X_CONFIG_INVALID", f"database: no entity {name!r}",
-                         fix=f"one of {sorted(self._tables)}") from None
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"database: no entity {name!r}",
+                fix=f"one of {sorted(self._tables)}",
+            ) from None
 
     def __getitem__(self, name: str) -> Table:
         return self.table(name)
@@ -150,6 +168,9 @@ def database(
     """The entities on Postgres: a DSN (the database opens and owns a small pool on first use)
     or a psycopg ``AsyncConnectionPool`` of yours; ``schema`` qualifies every table."""
     if not isinstance(dsn_or_pool, str | AsyncConnectionPool):
-        raise XError("X_CONFIG_INVALID", f"database: {type(dsn_or_pool).__name__} is neither a "
-                     "DSN nor an AsyncConnectionPool", fix="database('postgresql://...', [...])")
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"database: {type(dsn_or_pool).__name__} is neither a DSN nor an AsyncConnectionPool",
+            fix="database('postgresql://...', [...])",
+        )
     return Database(dsn_or_pool, entities, schema=schema, key_ring=key_ring)

@@ -229,15 +229,15 @@ def _check_partition(
             fix=fix,
         )
     if by.unit not in ("month", "day"):
-        raise XError(
-            "X_CONFIG_INVALID", f"entity {name!r}: partition unit {by.unit!r}", fix=fix
-        )
+        raise XError("X_CONFIG_INVALID", f"entity {name!r}: partition unit {by.unit!r}", fix=fix)
     if not isinstance(by.ahead, int) or by.ahead < 0:
         raise XError("X_CONFIG_INVALID", f"entity {name!r}: ahead={by.ahead!r}", fix=fix)
     try:
         by.retain_ms()
     except XError as exc:
-        raise XError("X_CONFIG_INVALID", f"entity {name!r}: retain: {exc.message}", fix=fix) from exc
+        raise XError(
+            "X_CONFIG_INVALID", f"entity {name!r}: retain: {exc.message}", fix=fix
+        ) from exc
     uniques = [pk] if pk else []
     uniques += [i.columns for i in indexes if i.unique]
     uniques += [(n,) for n, c in columns.items() if c.is_unique]

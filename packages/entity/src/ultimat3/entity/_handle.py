@@ -70,8 +70,12 @@ class Table:
         ent = self.entity
         self._writable("upsert_all")
         if ent.append_only:
-            raise _refuse_write(ent, "upsert_all", "the entity is append-only (an upsert may "
-                                "overwrite a row)", "insert_all(rows) instead")
+            raise _refuse_write(
+                ent,
+                "upsert_all",
+                "the entity is append-only (an upsert may overwrite a row)",
+                "insert_all(rows) instead",
+            )
         conflict = tuple(on_conflict) if not isinstance(on_conflict, str) else (on_conflict,)
         if frozenset(conflict) not in ent.unique_sets():
             raise XError(
@@ -157,9 +161,12 @@ class Table:
     def _complete(self, row: Mapping[str, Any], scope: Scope, what: str) -> dict[str, Any]:
         ent = self.entity
         if not isinstance(row, Mapping):
-            raise XError("X_ENTITY_VALUE_INVALID", f"{ent.name}.{what}: a row is a "
-                         f"{type(row).__name__}, not a mapping", fix="pass dicts",
-                         meta={"entity": ent.name})
+            raise XError(
+                "X_ENTITY_VALUE_INVALID",
+                f"{ent.name}.{what}: a row is a {type(row).__name__}, not a mapping",
+                fix="pass dicts",
+                meta={"entity": ent.name},
+            )
         unknown = [k for k in row if k not in ent.columns]
         if unknown:
             raise XError(
@@ -176,7 +183,9 @@ class Table:
                 value = scope.tenant
             elif col.has_default:
                 default = col.default_value
-                value = check_value(ent.name, name, col, default() if callable(default) else default)
+                value = check_value(
+                    ent.name, name, col, default() if callable(default) else default
+                )
             elif col.is_nullable:
                 value = None
             else:
@@ -262,8 +271,13 @@ class Query:
             "with_deleted": self._with_deleted,
         }
         args.update(kw)
-        return Query(self._t, args["filters"], args["order"], args["limit"],
-                     with_deleted=args["with_deleted"])
+        return Query(
+            self._t,
+            args["filters"],
+            args["order"],
+            args["limit"],
+            with_deleted=args["with_deleted"],
+        )
 
     def and_where(self, column: str, op: str, value: Any) -> Query:
         """Add ``column op value`` (``op`` in eq ne lt lte gt gte in like)."""
@@ -283,24 +297,31 @@ class Query:
             f = Filter(column, "is_null" if op == "eq" else "not_null")
         elif op == "in":
             if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-                raise XError("X_ENTITY_QUERY_INVALID", f"{ent}.where: {column} in needs a list",
-                             fix="and_where('id', 'in', [a, b])",
-                             meta={"entity": ent, "column": column})
+                raise XError(
+                    "X_ENTITY_QUERY_INVALID",
+                    f"{ent}.where: {column} in needs a list",
+                    fix="and_where('id', 'in', [a, b])",
+                    meta={"entity": ent, "column": column},
+                )
             values = tuple(check_value(ent, column, col, v) for v in value)
             f = Filter(column, "in", values)
         elif op == "like":
             if col.kind != "text" or not isinstance(value, str):
-                raise XError("X_ENTITY_QUERY_INVALID",
-                             f"{ent}.where: like needs a text column and a str pattern",
-                             fix="and_where('title', 'like', 'post %')",
-                             meta={"entity": ent, "column": column})
+                raise XError(
+                    "X_ENTITY_QUERY_INVALID",
+                    f"{ent}.where: like needs a text column and a str pattern",
+                    fix="and_where('title', 'like', 'post %')",
+                    meta={"entity": ent, "column": column},
+                )
             f = Filter(column, "like", check_value(ent, column, loose, value))
         else:
             if value is None:
-                raise XError("X_ENTITY_QUERY_INVALID",
-                             f"{ent}.where: {column} {op} None compares with NULL (never true)",
-                             fix="use eq/ne None for IS NULL / IS NOT NULL",
-                             meta={"entity": ent, "column": column})
+                raise XError(
+                    "X_ENTITY_QUERY_INVALID",
+                    f"{ent}.where: {column} {op} None compares with NULL (never true)",
+                    fix="use eq/ne None for IS NULL / IS NOT NULL",
+                    meta={"entity": ent, "column": column},
+                )
             f = Filter(column, op, check_value(ent, column, loose, value))  # type: ignore[arg-type]
         return self._copy(filters=(*self._filters, f))
 
@@ -312,8 +333,9 @@ class Query:
 
     def limit(self, n: int) -> Query:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise XError("X_ENTITY_QUERY_INVALID", f"{self._t.entity.name}.limit({n!r})",
-                         fix="limit(100)")
+            raise XError(
+                "X_ENTITY_QUERY_INVALID", f"{self._t.entity.name}.limit({n!r})", fix="limit(100)"
+            )
         return self._copy(limit=n)
 
     def with_deleted(self) -> Query:
@@ -356,19 +378,28 @@ class Query:
         if ent.append_only:
             raise _refuse_write(ent, "update", "the entity is append-only", "insert a new row")
         if not values:
-            raise XError("X_ENTITY_QUERY_INVALID", f"{ent.name}.update: no values",
-                         fix="update(status='paid')")
+            raise XError(
+                "X_ENTITY_QUERY_INVALID",
+                f"{ent.name}.update: no values",
+                fix="update(status='paid')",
+            )
         if self._limit is not None or self._order:
-            raise XError("X_ENTITY_QUERY_INVALID", f"{ent.name}.update: a limit or order "
-                         "does not apply to an update", fix="narrow it with where")
+            raise XError(
+                "X_ENTITY_QUERY_INVALID",
+                f"{ent.name}.update: a limit or order does not apply to an update",
+                fix="narrow it with where",
+            )
         scope = scope_of(ent, "update")
         checked: dict[str, Any] = {}
         for name, value in values.items():
             col = ent.columns.get(name)
             if col is None:
-                raise XError("X_ENTITY_VALUE_INVALID", f"{ent.name}.update: unknown column "
-                             f"{name!r}", fix=f"the columns are {list(ent.columns)}",
-                             meta={"entity": ent.name, "column": name})
+                raise XError(
+                    "X_ENTITY_VALUE_INVALID",
+                    f"{ent.name}.update: unknown column {name!r}",
+                    fix=f"the columns are {list(ent.columns)}",
+                    meta={"entity": ent.name, "column": name},
+                )
             v = check_value(ent.name, name, col, value)
             if name == scope.column:
                 forbid_other_tenant(ent, scope, v, "update")
@@ -383,15 +414,22 @@ class Query:
         t, ent = self._t, self._t.entity
         t._writable("delete")
         if ent.append_only:
-            raise _refuse_write(ent, "delete", "the entity is append-only; its rows are never "
-                                "deleted", "keep the row; record a reversal as a new row")
+            raise _refuse_write(
+                ent,
+                "delete",
+                "the entity is append-only; its rows are never deleted",
+                "keep the row; record a reversal as a new row",
+            )
         if self._limit is not None or self._order:
-            raise XError("X_ENTITY_QUERY_INVALID", f"{ent.name}.delete: a limit or order "
-                         "does not apply to a delete", fix="narrow it with where")
+            raise XError(
+                "X_ENTITY_QUERY_INVALID",
+                f"{ent.name}.delete: a limit or order does not apply to a delete",
+                fix="narrow it with where",
+            )
         filters = self._scoped("delete")
-        if ent.soft_delete:
-            if not self._with_deleted:
-                return await t._store.update(ent, filters, {SOFT_DELETE_COLUMN: current_clock().now()})
+        if ent.soft_delete and not self._with_deleted:
+            return await t._store.update(ent, filters, {SOFT_DELETE_COLUMN: current_clock().now()})
+        # a hard delete: a plain entity, or with_deleted() on a soft-delete one (a purge)
         return await t._store.delete(ent, filters)
 
     async def series(
@@ -407,9 +445,12 @@ class Query:
         ent = self._t.entity
         col = self._t._column(on, "series")
         if col.kind != "timestamp":
-            raise XError("X_ENTITY_QUERY_INVALID", f"{ent.name}.series: on={on!r} is a "
-                         f"{col.kind}() column, not timestamp()", fix="series(on='created_at', ...)",
-                         meta={"entity": ent.name, "column": on})
+            raise XError(
+                "X_ENTITY_QUERY_INVALID",
+                f"{ent.name}.series: on={on!r} is a {col.kind}() column, not timestamp()",
+                fix="series(on='created_at', ...)",
+                meta={"entity": ent.name, "column": on},
+            )
         check_unit(unit)
         check_zone(time_zone)
         agg: tuple[str, str | None]
@@ -418,13 +459,18 @@ class Query:
         elif isinstance(value, tuple) and len(value) == 2 and value[0] == "sum":
             summed = self._t._column(value[1], "series")
             if summed.kind not in ("integer", "bigint", "numeric"):
-                raise XError("X_ENTITY_QUERY_INVALID", f"{ent.name}.series: sum over "
-                             f"{value[1]!r}, a {summed.kind}() column",
-                             fix="value=('sum', 'amount') over a number column",
-                             meta={"entity": ent.name, "column": value[1]})
+                raise XError(
+                    "X_ENTITY_QUERY_INVALID",
+                    f"{ent.name}.series: sum over {value[1]!r}, a {summed.kind}() column",
+                    fix="value=('sum', 'amount') over a number column",
+                    meta={"entity": ent.name, "column": value[1]},
+                )
             agg = ("sum", value[1])
         else:
-            raise XError("X_ENTITY_QUERY_INVALID", f"{ent.name}.series: value={value!r}",
-                         fix="value='count' or value=('sum', 'amount')")
+            raise XError(
+                "X_ENTITY_QUERY_INVALID",
+                f"{ent.name}.series: value={value!r}",
+                fix="value='count' or value=('sum', 'amount')",
+            )
         filters = self._scoped("series")
         return await self._t._store.series(ent, filters, on, unit, time_zone, agg)

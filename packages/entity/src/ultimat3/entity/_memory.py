@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import copy
 import re
-from datetime import UTC
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC
 from typing import Any
 
 from ultimat3.core import XError
@@ -107,9 +107,12 @@ class MemoryStore:
         return None
 
     def _conflict(self, ent: Entity, cols: str) -> XError:
-        return XError("X_ENTITY_CONFLICT", f"{ent.name}: a unique key is taken ({cols})",
-                      fix="upsert_all(rows, on_conflict=[...]) to overwrite, or change the key",
-                      meta={"entity": ent.name})
+        return XError(
+            "X_ENTITY_CONFLICT",
+            f"{ent.name}: a unique key is taken ({cols})",
+            fix="upsert_all(rows, on_conflict=[...]) to overwrite, or change the key",
+            meta={"entity": ent.name},
+        )
 
     async def insert(self, ent: Entity, rows: Sequence[Row]) -> list[Row]:
         table = list(self.rows[ent.name])
@@ -219,8 +222,11 @@ class MemoryStore:
         return points
 
     async def refresh(self, ent: Entity, concurrently: bool) -> None:
-        raise XError("X_NOT_IMPLEMENTED", f"{ent.name}.refresh: the memory database cannot run "
-                     "a view's SQL", fix="test views against Postgres")
+        raise XError(
+            "X_NOT_IMPLEMENTED",
+            f"{ent.name}.refresh: the memory database cannot run a view's SQL",
+            fix="test views against Postgres",
+        )
 
 
 class MemoryDatabase:
@@ -244,8 +250,11 @@ class MemoryDatabase:
         try:
             return self._tables[name]
         except KeyError:
-            raise XError("X_CONFIG_INVALID", f"database: no entity {name!r}",
-                         fix=f"one of {sorted(self._tables)}") from None
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"database: no entity {name!r}",
+                fix=f"one of {sorted(self._tables)}",
+            ) from None
 
     def __getitem__(self, name: str) -> Table:
         return self.table(name)

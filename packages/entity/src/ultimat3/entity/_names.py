@@ -15,7 +15,9 @@ _NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 def check_identifier(name: object, *, what: str, fix: str) -> str:
     """``name`` if it is a usable Postgres identifier, else ``X_CONFIG_INVALID`` naming ``what``."""
     if not isinstance(name, str) or not name:
-        raise XError("X_CONFIG_INVALID", f"{what}: the name is empty or not a str ({name!r})", fix=fix)
+        raise XError(
+            "X_CONFIG_INVALID", f"{what}: the name is empty or not a str ({name!r})", fix=fix
+        )
     if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
         raise XError(
             "X_CONFIG_INVALID",

@@ -51,11 +51,17 @@ async def maintain_partitions(
     entity = db.entities.get(ent if isinstance(ent, str) else ent.name)
     if entity is None or entity.partition_by is None:
         name = ent if isinstance(ent, str) else ent.name
-        raise XError("X_CONFIG_INVALID", f"maintain_partitions: {name!r} is not a partitioned "
-                     "entity of this database", fix="entity(..., partition_by=PartitionBy('at'))")
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"maintain_partitions: {name!r} is not a partitioned entity of this database",
+            fix="entity(..., partition_by=PartitionBy('at'))",
+        )
     if now.tzinfo is None:
-        raise XError("X_CONFIG_INVALID", "maintain_partitions: now is a naive datetime",
-                     fix="now=datetime.now(UTC)")
+        raise XError(
+            "X_CONFIG_INVALID",
+            "maintain_partitions: now is a naive datetime",
+            fix="now=datetime.now(UTC)",
+        )
     by = entity.partition_by
     store = db.store
     pool = await db._pool()
@@ -78,7 +84,8 @@ async def maintain_partitions(
             existing = await partitions_of(store, conn, entity)
             await conn.commit()
             expired = sorted(
-                n for n in existing
+                n
+                for n in existing
                 if (s := _start_of(n)) is not None and next_start(s, by.unit) <= cutoff
             )
             if expired:
@@ -98,12 +105,17 @@ async def maintain_partitions(
                             )
                         except psycopg.errors.LockNotAvailable as exc:
                             raise _lock_timeout(exc, entity, f"detaching {name}") from exc
-                        await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                            store.ident(name)))
+                        await conn.execute(
+                            sql.SQL("DROP TABLE IF EXISTS {}").format(store.ident(name))
+                        )
                         dropped.append(name)
                 finally:
                     await conn.execute("RESET lock_timeout")
                     await conn.set_autocommit(False)
-    log_event("entity.partitions.maintained", table=entity.name, created=len(created),
-              dropped=len(dropped))
+    log_event(
+        "entity.partitions.maintained",
+        table=entity.name,
+        created=len(created),
+        dropped=len(dropped),
+    )
     return {"table": entity.name, "created": created, "dropped": dropped}

@@ -138,7 +138,9 @@ async def _table(
                 meta={"entity": ent.name, "column": name},
             )
         await conn.execute(
-            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}").format(table, _column_ddl(name, col))
+            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}").format(
+                table, _column_ddl(name, col)
+            )
         )
         made.append(f"column {ent.name}.{name}")
     return made
@@ -159,8 +161,9 @@ async def _foreign_keys(store: PgStore, conn: Conn, ent: Entity) -> list[str]:
             continue
         target = ref.target
         target_pk = target.primary_key if not isinstance(target, str) else ()
-        stmt = sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} {} "
-                       "ON DELETE {}").format(
+        stmt = sql.SQL(
+            "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} {} ON DELETE {}"
+        ).format(
             store.ident(ent.name),
             sql.Identifier(cname),
             sql.Identifier(name),
@@ -180,7 +183,7 @@ async def _view(store: PgStore, conn: Conn, ent: Entity, kinds: dict[str, str]) 
     assert view is not None
     if ent.name in kinds:
         return []
-    body = sql.SQL(view.sql)  # type: ignore[arg-type]  # the app's own declared SQL
+    body = sql.SQL(view.sql)  # the app's own declared SQL
     word = "MATERIALIZED VIEW" if view.materialized else "VIEW"
     await conn.execute(
         sql.SQL("CREATE {} {} AS {}").format(sql.SQL(word), store.ident(ent.name), body)
@@ -224,8 +227,9 @@ async def create_partitions(
         if name in existing:
             continue
         await conn.execute(
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})")
-            .format(store.ident(name), store.ident(ent.name), sql.Literal(start), sql.Literal(end))
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})"
+            ).format(store.ident(name), store.ident(ent.name), sql.Literal(start), sql.Literal(end))
         )
         made.append(name)
     return made

@@ -148,6 +148,7 @@ class PgStore:
     ) -> int:
         cols = list(rows[0])
         table = self.ident(ent.name)
+        action: sql.Composable
         if update:
             action = sql.SQL("DO UPDATE SET {}").format(
                 sql.SQL(", ").join(
@@ -209,9 +210,7 @@ class PgStore:
 
     async def update(self, ent: Entity, filters: Sequence[Filter], values: dict[str, Any]) -> int:
         where, params = self._where(ent, filters)
-        sets = sql.SQL(", ").join(
-            sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values
-        )
+        sets = sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values)
         stmt = sql.SQL("UPDATE {} SET {}{}").format(self.ident(ent.name), sets, where)
         params = [self._param(ent, c, v) for c, v in values.items()] + params
         async with self.connection() as conn:
@@ -268,7 +267,7 @@ class PgStore:
     # --- execution -------------------------------------------------------------------------
 
     async def _fetch(
-        self, conn: Conn, stmt: sql.Composable, params: list[Any], ent: Entity
+        self, conn: Conn, stmt: sql.Composed | sql.SQL, params: list[Any], ent: Entity
     ) -> list[dict[str, Any]]:
         try:
             async with conn.cursor(row_factory=dict_row) as cur:
@@ -279,7 +278,7 @@ class PgStore:
         return [self._decode(ent, r) for r in rows]
 
     async def _tuples(
-        self, conn: Conn, stmt: sql.Composable, params: list[Any], ent: Entity
+        self, conn: Conn, stmt: sql.Composed | sql.SQL, params: list[Any], ent: Entity
     ) -> list[tuple[Any, ...]]:
         try:
             async with conn.cursor(row_factory=tuple_row) as cur:
@@ -289,7 +288,7 @@ class PgStore:
             raise wrap_error(exc, ent) from exc
 
     async def _rowcount(
-        self, conn: Conn, stmt: sql.Composable, params: list[Any], ent: Entity
+        self, conn: Conn, stmt: sql.Composed | sql.SQL, params: list[Any], ent: Entity
     ) -> int:
         try:
             async with conn.cursor() as cur:
@@ -317,17 +316,28 @@ def wrap_error(exc: psycopg.Error, ent: Entity) -> XError:
     detail = diag.message_detail or diag.message_primary or str(exc)
     meta = {"entity": ent.name, "sqlstate": exc.sqlstate}
     if isinstance(exc, psycopg.errors.UniqueViolation):
-        return XError("X_ENTITY_CONFLICT", f"{ent.name}: a unique key is taken ({detail})",
-                      fix="upsert_all(rows, on_conflict=[...]) to overwrite, or change the key",
-                      meta=meta)
+        return XError(
+            "X_ENTITY_CONFLICT",
+            f"{ent.name}: a unique key is taken ({detail})",
+            fix="upsert_all(rows, on_conflict=[...]) to overwrite, or change the key",
+            meta=meta,
+        )
     if isinstance(exc, psycopg.errors.LockNotAvailable):
         return XError("X_DB_LOCK_TIMEOUT", f"{ent.name}: {detail}", meta=meta)
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
-        return XError("X_ENTITY_SCHEMA_DRIFT", f"{ent.name}: {detail} — the database lacks "
-                      "what the declaration has", fix="await db.migrate()", meta=meta)
+        return XError(
+            "X_ENTITY_SCHEMA_DRIFT",
+            f"{ent.name}: {detail} — the database lacks what the declaration has",
+            fix="await db.migrate()",
+            meta=meta,
+        )
     if isinstance(exc, psycopg.errors.IntegrityError):
-        return XError("X_ENTITY_VALUE_INVALID", f"{ent.name}: {detail}",
-                      fix="write a row the table's constraints accept", meta=meta)
+        return XError(
+            "X_ENTITY_VALUE_INVALID",
+            f"{ent.name}: {detail}",
+            fix="write a row the table's constraints accept",
+            meta=meta,
+        )
     if isinstance(exc, psycopg.OperationalError):
         return XError("X_DRIVER_UNAVAILABLE", f"{ent.name}: {detail}", meta=meta)
     return XError("X_INVARIANT", f"{ent.name}: {type(exc).__name__}: {detail}", meta=meta)

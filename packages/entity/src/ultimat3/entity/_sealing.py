@@ -39,14 +39,18 @@ class KeyRing:
         decoded: dict[str, bytes] = {}
         for key_id, raw in keys.items():
             if not isinstance(key_id, str) or not key_id or len(key_id.encode()) > 255:
-                raise XError("X_CONFIG_INVALID", f"KeyRing: key id {key_id!r} is blank or too long",
-                             fix=_FIX)
+                raise XError(
+                    "X_CONFIG_INVALID", f"KeyRing: key id {key_id!r} is blank or too long", fix=_FIX
+                )
             key = _decode(key_id, raw)
             decoded[key_id] = key
         chosen = current if current is not None else list(decoded)[-1]
         if chosen not in decoded:
-            raise XError("X_CONFIG_INVALID", f"KeyRing: current key {chosen!r} is not in the ring",
-                         fix=f"current= one of {sorted(decoded)}")
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"KeyRing: current key {chosen!r} is not in the ring",
+                fix=f"current= one of {sorted(decoded)}",
+            )
         object.__setattr__(self, "keys", decoded)
         object.__setattr__(self, "current", chosen)
 
@@ -65,8 +69,11 @@ class KeyRing:
         for part in (p.strip() for p in config.split(",")):
             key_id, sep, value = part.partition(":")
             if not sep:
-                raise XError("X_CONFIG_INVALID", "KeyRing.parse: an entry without 'id:key'",
-                             fix="ENTITY_KEYS='2026-12:<base64>,2027-01:<base64>'")
+                raise XError(
+                    "X_CONFIG_INVALID",
+                    "KeyRing.parse: an entry without 'id:key'",
+                    fix="ENTITY_KEYS='2026-12:<base64>,2027-01:<base64>'",
+                )
             pairs[key_id.strip()] = value.strip()
         return cls(pairs)
 
@@ -91,7 +98,9 @@ class KeyRing:
         try:
             return AESGCM(key).decrypt(nonce, body, where.encode()).decode()
         except InvalidTag as exc:
-            raise _unreadable(where, f"key {key_id!r} does not open it (tampered or moved)") from exc
+            raise _unreadable(
+                where, f"key {key_id!r} does not open it (tampered or moved)"
+            ) from exc
 
     def key_id_of(self, stored: bytes) -> str:
         """The id of the key a stored value was sealed with (rotation tooling)."""
@@ -105,11 +114,13 @@ def _decode(key_id: str, raw: bytes | str) -> bytes:
         try:
             key = base64.b64decode(raw, validate=True)
         except ValueError as exc:
-            raise XError("X_CONFIG_INVALID", f"KeyRing: key {key_id!r} is not base64",
-                         fix=_FIX) from exc
+            raise XError(
+                "X_CONFIG_INVALID", f"KeyRing: key {key_id!r} is not base64", fix=_FIX
+            ) from exc
     if not isinstance(key, bytes) or len(key) != 32:
-        raise XError("X_CONFIG_INVALID",
-                     f"KeyRing: key {key_id!r} is not 32 bytes (AES-256)", fix=_FIX)
+        raise XError(
+            "X_CONFIG_INVALID", f"KeyRing: key {key_id!r} is not 32 bytes (AES-256)", fix=_FIX
+        )
     return key
 
 

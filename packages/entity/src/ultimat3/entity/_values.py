@@ -36,8 +36,13 @@ def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
     if value is None:
         if col.is_nullable:
             return None
-        raise _refuse(entity, column, "None on a column that is not nullable", value,
-                      f"give {column} a value, or declare it .nullable()")
+        raise _refuse(
+            entity,
+            column,
+            "None on a column that is not nullable",
+            value,
+            f"give {column} a value, or declare it .nullable()",
+        )
     kind = col.kind
     if kind == "uuid":
         if isinstance(value, _uuid.UUID):
@@ -52,17 +57,28 @@ def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
         if not isinstance(value, str):
             raise _refuse(entity, column, "not a str", value, "pass a str")
         if "\x00" in value:
-            raise _refuse(entity, column, "text with a NUL character (Postgres text cannot hold "
-                          "one)", value, "strip '\\x00' from the text, or store bytes elsewhere")
+            raise _refuse(
+                entity,
+                column,
+                "text with a NUL character (Postgres text cannot hold one)",
+                value,
+                "strip '\\x00' from the text, or store bytes elsewhere",
+            )
         return value
     if kind in ("integer", "bigint"):
         lo, hi = INT32 if kind == "integer" else INT64
         if isinstance(value, bool) or not isinstance(value, int):
             raise _refuse(entity, column, f"not an int for a {kind} column", value, "pass an int")
         if not lo <= value <= hi:
-            raise _refuse(entity, column, f"past the {kind} range [{lo}, {hi}]", value,
-                          "declare the column bigint() or numeric()" if kind == "integer"
-                          else "declare the column numeric()")
+            raise _refuse(
+                entity,
+                column,
+                f"past the {kind} range [{lo}, {hi}]",
+                value,
+                "declare the column bigint() or numeric()"
+                if kind == "integer"
+                else "declare the column numeric()",
+            )
         return value
     if kind == "numeric":
         if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
@@ -81,17 +97,32 @@ def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
         if not isinstance(value, datetime):
             raise _refuse(entity, column, "not a datetime", value, "pass datetime.now(UTC)")
         if value.tzinfo is None or value.utcoffset() is None:
-            raise _refuse(entity, column, "a naive datetime for a timestamptz column", value,
-                          "attach a zone: value.replace(tzinfo=UTC) or datetime.now(UTC)")
+            raise _refuse(
+                entity,
+                column,
+                "a naive datetime for a timestamptz column",
+                value,
+                "attach a zone: value.replace(tzinfo=UTC) or datetime.now(UTC)",
+            )
         return value.astimezone(UTC)
     if kind == "jsonb":
         try:
             encoded = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise _refuse(entity, column, f"not JSON ({exc})", value,
-                          "pass dicts, lists, str, int, float, bool or None") from exc
+            raise _refuse(
+                entity,
+                column,
+                f"not JSON ({exc})",
+                value,
+                "pass dicts, lists, str, int, float, bool or None",
+            ) from exc
         if "\\u0000" in encoded:
-            raise _refuse(entity, column, "JSON with a NUL character (jsonb cannot hold one)",
-                          value, "strip '\\x00' from the strings")
+            raise _refuse(
+                entity,
+                column,
+                "JSON with a NUL character (jsonb cannot hold one)",
+                value,
+                "strip '\\x00' from the strings",
+            )
         return json.loads(encoded)
     raise AssertionError(kind)  # pragma: no cover - kinds are a closed set

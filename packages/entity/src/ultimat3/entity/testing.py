@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 
 from ultimat3.core import SYSTEM_ACTOR, XError, cross_tenant, new_id, use_actor, use_tenant
 
-from ._entity import Entity, Index, entity
 from ._columns import bigint, integer, jsonb, numeric, text, timestamp, uuid
+from ._entity import Entity, Index, entity
 from ._handle import Table
 from ._sealing import KeyRing
 
@@ -47,29 +47,39 @@ class EntityDatabase(Protocol):
 def conformance_entities() -> list[Entity]:
     """The entities the suite writes to."""
     return [
-        entity("items", columns={
-            "id": uuid().primary_key(),
-            "title": text(),
-            "n": integer().default(0),
-            "big": bigint().nullable(),
-            "price": numeric().nullable(),
-            "at": timestamp().nullable(),
-            "meta": jsonb().nullable(),
-            "secret": text().sealed().nullable(),
-        }),
-        entity("tallies", columns={
-            "day": text(),
-            "kind": text(),
-            "total": bigint(),
-        }, indexes=[Index(("day", "kind"), unique=True)]),
+        entity(
+            "items",
+            columns={
+                "id": uuid().primary_key(),
+                "title": text(),
+                "n": integer().default(0),
+                "big": bigint().nullable(),
+                "price": numeric().nullable(),
+                "at": timestamp().nullable(),
+                "meta": jsonb().nullable(),
+                "secret": text().sealed().nullable(),
+            },
+        ),
+        entity(
+            "tallies",
+            columns={
+                "day": text(),
+                "kind": text(),
+                "total": bigint(),
+            },
+            indexes=[Index(("day", "kind"), unique=True)],
+        ),
         entity("notes", columns={"id": uuid().primary_key(), "body": text()}, soft_delete=True),
         entity("events", columns={"id": uuid().primary_key(), "what": text()}, append_only=True),
-        entity("posts", columns={
-            "id": uuid().primary_key(),
-            "org_id": uuid().tenant(),
-            "slug": text().unique(),
-            "likes": integer().default(0),
-        }),
+        entity(
+            "posts",
+            columns={
+                "id": uuid().primary_key(),
+                "org_id": uuid().tenant(),
+                "slug": text().unique(),
+                "likes": integer().default(0),
+            },
+        ),
     ]
 
 
@@ -95,29 +105,43 @@ async def check_insert_and_query(db: EntityDatabase) -> None:
     ids = sorted(new_id() for _ in range(5))
     row = await t.insert({"id": ids[0], "title": "alpha"})
     _eq((row["n"], row["big"], row["secret"]), (0, None, None), "defaults")
-    await t.insert_all([
-        {"id": ids[1], "title": "beta", "n": 5, "price": Decimal("2.50"), "at": at},
-        {"id": ids[2], "title": "Gamma", "n": 5, "big": 2**40, "meta": {"k": [1, "x"]}},
-        {"id": ids[3], "title": "delta", "n": -3, "at": at + timedelta(hours=1)},
-        {"id": ids[4], "title": "beta2", "n": 9},
-    ])
+    await t.insert_all(
+        [
+            {"id": ids[1], "title": "beta", "n": 5, "price": Decimal("2.50"), "at": at},
+            {"id": ids[2], "title": "Gamma", "n": 5, "big": 2**40, "meta": {"k": [1, "x"]}},
+            {"id": ids[3], "title": "delta", "n": -3, "at": at + timedelta(hours=1)},
+            {"id": ids[4], "title": "beta2", "n": 9},
+        ]
+    )
     _eq(await t.count(), 5, "count")
     _eq([r["id"] for r in await t.all()], ids, "all() in primary-key order")
     _eq([r["title"] for r in await t.where(n=5).all()], ["beta", "Gamma"], "where eq")
     q = t.where().and_where("n", "gte", 0).order_by("n", desc=True).order_by("title")
-    _eq([r["title"] for r in await q.all()], ["beta2", "Gamma", "beta", "alpha"],
-        "order_by desc then text")
+    _eq(
+        [r["title"] for r in await q.all()],
+        ["beta2", "Gamma", "beta", "alpha"],
+        "order_by desc then text",
+    )
     _eq([r["title"] for r in await q.limit(2).all()], ["beta2", "Gamma"], "limit")
-    _eq((await t.where().order_by("title").first() or {}).get("title"), "Gamma",
-        "first in code-point order (upper case before lower)")
+    _eq(
+        (await t.where().order_by("title").first() or {}).get("title"),
+        "Gamma",
+        "first in code-point order (upper case before lower)",
+    )
     _eq(await t.where().and_where("title", "like", "beta%").count(), 2, "like")
     _eq(await t.where().and_where("n", "in", [9, -3]).count(), 2, "in")
     _eq(await t.where().and_where("n", "ne", 5).count(), 3, "ne")
     _eq(await t.where(at=None).count(), 3, "eq None is IS NULL")
-    _eq([r["title"] for r in await t.where().order_by("at").all()][:2], ["beta", "delta"],
-        "NULLs last ascending")
-    _eq([r["title"] for r in await t.where().order_by("at", desc=True).limit(4).all()][-1],
-        "delta", "NULLs first descending")
+    _eq(
+        [r["title"] for r in await t.where().order_by("at").all()][:2],
+        ["beta", "delta"],
+        "NULLs last ascending",
+    )
+    _eq(
+        [r["title"] for r in await t.where().order_by("at", desc=True).limit(4).all()][-1],
+        "delta",
+        "NULLs first descending",
+    )
     got = await t.where(id=ids[2]).first()
     _eq((got or {}).get("meta"), {"k": [1, "x"]}, "jsonb round trip")
     _eq((got or {}).get("big"), 2**40, "bigint round trip")
@@ -144,14 +168,20 @@ async def check_refusals_write_nothing(db: EntityDatabase) -> None:
         ({"id": new_id(), "title": "x", "nope": 1}, "unknown column"),
     ]
     for bad, named in cases:
-        exc = await _refused("X_ENTITY_VALUE_INVALID", lambda b=bad: t.insert_all([good, b]),
-                             f"insert_all of {named}")
+
+        async def write(bad: dict[str, Any] = bad) -> int:
+            return await t.insert_all([good, bad])
+
+        exc = await _refused("X_ENTITY_VALUE_INVALID", write, f"insert_all of {named}")
         if named not in exc.message:
             raise AssertionError(f"the refusal {exc.message!r} does not name {named}")
     _eq(await t.count(), 0, "nothing written by a refused batch")
     await t.insert(good)
-    await _refused("X_ENTITY_CONFLICT", lambda: t.insert_all([{"id": new_id(), "title": "y"},
-                                                               dict(good)]), "duplicate key")
+    await _refused(
+        "X_ENTITY_CONFLICT",
+        lambda: t.insert_all([{"id": new_id(), "title": "y"}, dict(good)]),
+        "duplicate key",
+    )
     _eq(await t.count(), 1, "a batch with a taken key writes nothing")
     await _refused("X_ENTITY_QUERY_INVALID", lambda: t.where(secret="x").all(), "sealed where")
     await _refused("X_ENTITY_QUERY_INVALID", lambda: t.where(nope=1).all(), "unknown where")
@@ -161,23 +191,33 @@ async def check_upsert(db: EntityDatabase) -> None:
     """upsert_all inserts, then overwrites on its key; within a call the last row wins."""
     await db.migrate()
     t = db.table("tallies")
-    n = await t.upsert_all([
-        {"day": "d1", "kind": "a", "total": 1},
-        {"day": "d1", "kind": "b", "total": 2},
-        {"day": "d1", "kind": "a", "total": 3},
-    ], on_conflict=["day", "kind"])
+    n = await t.upsert_all(
+        [
+            {"day": "d1", "kind": "a", "total": 1},
+            {"day": "d1", "kind": "b", "total": 2},
+            {"day": "d1", "kind": "a", "total": 3},
+        ],
+        on_conflict=["day", "kind"],
+    )
     _eq(n, 2, "rows written (duplicates folded)")
-    await t.upsert_all([{"day": "d1", "kind": "b", "total": 20}, {"day": "d2", "kind": "a",
-                        "total": 7}], on_conflict=["kind", "day"])
+    await t.upsert_all(
+        [{"day": "d1", "kind": "b", "total": 20}, {"day": "d2", "kind": "a", "total": 7}],
+        on_conflict=["kind", "day"],
+    )
     got = {(r["day"], r["kind"]): r["total"] for r in await t.all()}
     _eq(got, {("d1", "a"): 3, ("d1", "b"): 20, ("d2", "a"): 7}, "after upserts")
-    await _refused("X_ENTITY_CONFLICT_UNCOVERED",
-                   lambda: t.upsert_all([{"day": "d", "kind": "k", "total": 1}],
-                                        on_conflict=["day"]), "uncovered on_conflict")
+    await _refused(
+        "X_ENTITY_CONFLICT_UNCOVERED",
+        lambda: t.upsert_all([{"day": "d", "kind": "k", "total": 1}], on_conflict=["day"]),
+        "uncovered on_conflict",
+    )
     rows = [{"day": f"d{i % 1500}", "kind": "bulk", "total": i} for i in range(2600)]
     _eq(await t.upsert_all(rows, on_conflict=["day", "kind"]), 1500, "chunked upsert")
-    _eq(await t.where(kind="bulk", day="d3").first() or {}, {"day": "d3", "kind": "bulk",
-        "total": 1503}, "last of a chunked batch wins")
+    _eq(
+        await t.where(kind="bulk", day="d3").first() or {},
+        {"day": "d3", "kind": "bulk", "total": 1503},
+        "last of a chunked batch wins",
+    )
 
 
 async def check_soft_delete_and_append_only(db: EntityDatabase) -> None:
@@ -197,8 +237,9 @@ async def check_soft_delete_and_append_only(db: EntityDatabase) -> None:
     e = new_id()
     await events.insert({"id": e, "what": "paid"})
     await _refused("X_ENTITY_WRITE_REFUSED", lambda: events.where(id=e).delete(), "append delete")
-    await _refused("X_ENTITY_WRITE_REFUSED", lambda: events.where(id=e).update(what="x"),
-                   "append update")
+    await _refused(
+        "X_ENTITY_WRITE_REFUSED", lambda: events.where(id=e).update(what="x"), "append update"
+    )
     _eq(await events.count(), 1, "the append-only row stays")
 
 
@@ -207,25 +248,42 @@ async def check_tenancy(db: EntityDatabase) -> None:
     await db.migrate()
     posts = db.table("posts")
     await _refused("X_TENANT_REQUIRED", lambda: posts.all(), "no ambient tenant")
-    await _refused("X_TENANT_REQUIRED", lambda: posts.insert({"id": new_id(), "slug": "s"}),
-                   "no ambient tenant on insert")
+    await _refused(
+        "X_TENANT_REQUIRED",
+        lambda: posts.insert({"id": new_id(), "slug": "s"}),
+        "no ambient tenant on insert",
+    )
     with use_tenant(TENANT_A):
         row = await posts.insert({"id": new_id(), "slug": "a-1"})
         _eq(row["org_id"], TENANT_A, "the tenant column is filled from the ambient tenant")
         await posts.insert({"id": new_id(), "slug": "a-2", "org_id": TENANT_A})
-        await _refused("X_FORBIDDEN", lambda: posts.insert({"id": new_id(), "slug": "x",
-                       "org_id": TENANT_B}), "insert of another tenant's row")
+        await _refused(
+            "X_FORBIDDEN",
+            lambda: posts.insert({"id": new_id(), "slug": "x", "org_id": TENANT_B}),
+            "insert of another tenant's row",
+        )
     with use_tenant(TENANT_B):
         b_id = new_id()
         await posts.insert({"id": b_id, "slug": "b-1"})
         _eq([r["slug"] for r in await posts.all()], ["b-1"], "reads scoped to the tenant")
         _eq(await posts.where(slug="a-1").update(likes=5), 0, "updates scoped")
         _eq(await posts.where(slug="a-1").delete(), 0, "deletes scoped")
-        await _refused("X_FORBIDDEN", lambda: posts.where(id=b_id).update(org_id=TENANT_A),
-                       "moving a row to another tenant")
-        await _refused("X_FORBIDDEN", lambda: posts.upsert_all(
-            [{"slug": "b-2", "id": new_id(), "likes": 1}, {"slug": "a-1", "id": new_id(),
-             "likes": 1}], on_conflict=["slug"]), "upsert onto another tenant's key")
+        await _refused(
+            "X_FORBIDDEN",
+            lambda: posts.where(id=b_id).update(org_id=TENANT_A),
+            "moving a row to another tenant",
+        )
+        await _refused(
+            "X_FORBIDDEN",
+            lambda: posts.upsert_all(
+                [
+                    {"slug": "b-2", "id": new_id(), "likes": 1},
+                    {"slug": "a-1", "id": new_id(), "likes": 1},
+                ],
+                on_conflict=["slug"],
+            ),
+            "upsert onto another tenant's key",
+        )
         _eq(await posts.count(), 1, "the refused upsert wrote nothing")
     with use_actor(SYSTEM_ACTOR):
         every = await cross_tenant("conformance: count every org", posts.count)
@@ -244,24 +302,31 @@ async def check_series(db: EntityDatabase) -> None:
         datetime(2026, 3, 29, 23, 59, tzinfo=berlin),
         datetime(2026, 3, 30, 0, 0, tzinfo=berlin),
     ]
-    await t.insert_all([{"id": new_id(), "title": "s", "n": i + 1, "at": at}
-                        for i, at in enumerate(instants)])
+    await t.insert_all(
+        [{"id": new_id(), "title": "s", "n": i + 1, "at": at} for i, at in enumerate(instants)]
+    )
     got = await t.where().series(on="at", unit="day", time_zone="Europe/Berlin")
     want_days = [datetime(2026, 3, d, tzinfo=berlin) for d in (28, 29, 30)]
     _eq([p.bucket for p in got], want_days, "day buckets in Berlin")
     _eq([p.value for p in got], [1, 2, 1], "counts")
     length = got[2].bucket.astimezone(UTC) - got[1].bucket.astimezone(UTC)
     _eq(length, timedelta(hours=23), "the DST day's length (aware arithmetic across the change)")
-    summed = await t.where().series(on="at", unit="day", time_zone="Europe/Berlin",
-                                     value=("sum", "n"))
+    summed = await t.where().series(
+        on="at", unit="day", time_zone="Europe/Berlin", value=("sum", "n")
+    )
     _eq([p.value for p in summed], [1, 5, 4], "sums")
     utc = await t.where().series(on="at", unit="month", time_zone="UTC")
     _eq([(p.bucket, p.value) for p in utc], [(datetime(2026, 3, 1, tzinfo=UTC), 4)], "UTC month")
-    await _refused("X_ENTITY_QUERY_INVALID", lambda: t.where().series(on="at", unit="fortnight"),
-                   "unknown unit")
-    await _refused("X_ENTITY_QUERY_INVALID",
-                   lambda: t.where().series(on="at", unit="day", time_zone="Mars/Olympus"),
-                   "unknown zone")
+    await _refused(
+        "X_ENTITY_QUERY_INVALID",
+        lambda: t.where().series(on="at", unit="fortnight"),
+        "unknown unit",
+    )
+    await _refused(
+        "X_ENTITY_QUERY_INVALID",
+        lambda: t.where().series(on="at", unit="day", time_zone="Mars/Olympus"),
+        "unknown zone",
+    )
 
 
 async def check_sealed(db: EntityDatabase) -> None:
