@@ -64,6 +64,14 @@ def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
                 value,
                 "strip '\\x00' from the text, or store bytes elsewhere",
             )
+        if not _utf8(value):
+            raise _refuse(
+                entity,
+                column,
+                "text with a lone surrogate (not valid UTF-8)",
+                value,
+                "decode the text properly (errors='replace') before storing it",
+            )
         return value
     if kind in ("integer", "bigint"):
         lo, hi = INT32 if kind == "integer" else INT64
@@ -116,6 +124,14 @@ def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
                 value,
                 "pass dicts, lists, str, int, float, bool or None",
             ) from exc
+        if not _utf8(json.dumps(value, ensure_ascii=False)):
+            raise _refuse(
+                entity,
+                column,
+                "JSON with a lone surrogate (not valid UTF-8)",
+                value,
+                "decode the strings properly before storing them",
+            )
         if "\\u0000" in encoded:
             raise _refuse(
                 entity,
@@ -126,3 +142,11 @@ def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
             )
         return json.loads(encoded)
     raise AssertionError(kind)  # pragma: no cover - kinds are a closed set
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

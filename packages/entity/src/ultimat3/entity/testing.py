@@ -160,6 +160,10 @@ async def check_refusals_write_nothing(db: EntityDatabase) -> None:
     good = {"id": new_id(), "title": "ok"}
     cases: list[tuple[dict[str, Any], str]] = [
         ({"id": new_id(), "title": "nul\x00"}, "items.title"),
+        ({"id": new_id(), "title": "lone \ud800"}, "items.title"),
+        ({"id": new_id(), "title": "x", "meta": {"k": "\ud800"}}, "items.meta"),
+        ({"id": new_id(), "title": "x", "meta": {"k": "\x00"}}, "items.meta"),
+        ({"id": new_id(), "title": "x", "secret": "\ud800"}, "items.secret"),
         ({"id": new_id(), "title": "x", "n": 2**31}, "items.n"),
         ({"id": new_id(), "title": "x", "big": 2**63}, "items.big"),
         ({"id": new_id(), "title": "x", "at": datetime(2026, 1, 1)}, "items.at"),
