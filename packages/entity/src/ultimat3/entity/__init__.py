@@ -19,10 +19,29 @@ from ._entity import SOFT_DELETE_COLUMN, Entity, Index, PartitionBy, View, entit
 from ._handle import UPSERT_CHUNK, Query, Table
 from ._memory import MemoryDatabase, memory_database
 from ._partitions import PARTITION_LOCK_TIMEOUT_MS, maintain_partitions
+from ._pg_search import PostgresSearchIndex, postgres_search_index
+from ._search import (
+    SEARCH_INDEX,
+    MemorySearchIndex,
+    SearchDocument,
+    SearchHit,
+    SearchIndex,
+    memory_search_index,
+    search_document_of,
+)
 from ._sealing import KeyRing, exportable, redact
 from ._series import SERIES_UNITS, SeriesPoint
 
 __all__ = [
+    "SEARCH_INDEX",
+    "MemorySearchIndex",
+    "PostgresSearchIndex",
+    "SearchDocument",
+    "SearchHit",
+    "SearchIndex",
+    "memory_search_index",
+    "postgres_search_index",
+    "search_document_of",
     "PARTITION_LOCK_TIMEOUT_MS",
     "SERIES_UNITS",
     "SOFT_DELETE_COLUMN",

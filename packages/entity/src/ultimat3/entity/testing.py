@@ -27,6 +27,7 @@ from ._columns import bigint, integer, jsonb, numeric, text, timestamp, uuid
 from ._entity import Entity, Index, entity
 from ._handle import Table
 from ._sealing import KeyRing
+from ._search import SearchDocument, SearchIndex
 
 TENANT_A = "0190a5b2-0000-7000-8000-00000000000a"
 TENANT_B = "0190a5b2-0000-7000-8000-00000000000b"
@@ -383,3 +384,53 @@ CONFORMANCE: tuple[Callable[[Any], Awaitable[None]], ...] = (
     check_transaction,
 )
 """Every check, in order; each takes a fresh, empty database of :func:`conformance_entities`."""
+
+
+# --- the SearchIndex conformance suite ------------------------------------------------------
+
+
+def _doc(i: str, text: str, version: int, tenant: str | None = None) -> SearchDocument:
+    return SearchDocument(f"notes:{i}", "notes", tenant, text, version)
+
+
+async def check_search_upsert_list_and_search(index: SearchIndex) -> None:
+    """Upserted documents list in id order (paged with ``after``), by tenant, and match."""
+    await index.upsert(
+        [
+            _doc("b", "blue whale", 1, TENANT_A),
+            _doc("a", "red fox", 1, TENANT_B),
+            _doc("c", "blue fox", 1, TENANT_A),
+        ]
+    )
+    _eq([d.id for d in await index.list()], ["notes:a", "notes:b", "notes:c"], "list order")
+    _eq([d.id for d in await index.list(after="notes:a", limit=1)], ["notes:b"], "paging")
+    _eq([d.id for d in await index.list(tenant=TENANT_A)], ["notes:b", "notes:c"], "by tenant")
+    _eq(sorted(h.id for h in await index.search("fox")), ["notes:a", "notes:c"], "search")
+    _eq([h.id for h in await index.search("blue fox")], ["notes:c"], "all words required")
+    _eq([h.id for h in await index.search("fox", tenant=TENANT_B)], ["notes:a"], "search tenant")
+
+
+async def check_search_stale_writes_lose(index: SearchIndex) -> None:
+    """A write with a version not above the stored one changes nothing; removal tombstones."""
+    _eq(await index.upsert([_doc("a", "new text", 5)]), 1, "first write")
+    _eq(await index.upsert([_doc("a", "old text", 4)]), 0, "a stale upsert is skipped")
+    _eq([d.text for d in await index.list()], ["new text"], "the newer text stays")
+    _eq(await index.remove(["notes:a"], 3), 0, "a stale removal is skipped")
+    _eq(len(await index.list()), 1, "still listed")
+    _eq(await index.remove(["notes:a", "notes:zz"], 6), 2, "removal (and a tombstone ahead)")
+    _eq(await index.list(), [], "removed documents are not listed")
+    _eq(
+        await index.upsert([_doc("a", "revived?", 6), _doc("zz", "late", 2)]),
+        0,
+        "an upsert at or below the tombstone stays removed",
+    )
+    _eq(await index.upsert([_doc("a", "revived", 7)]), 1, "a newer upsert revives")
+    _eq([d.text for d in await index.list()], ["revived"], "revived text")
+    _eq(await index.search("text"), [], "tombstoned text no longer matches")
+
+
+SEARCH_CONFORMANCE: tuple[Callable[[Any], Awaitable[None]], ...] = (
+    check_search_upsert_list_and_search,
+    check_search_stale_writes_lose,
+)
+"""Every ``SearchIndex`` check; each takes a fresh, empty index."""
