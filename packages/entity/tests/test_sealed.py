@@ -22,7 +22,7 @@ people = entity(
     columns={"id": uuid().primary_key(), "ssn": text().sealed().personal_data("national_id")},
 )
 printable = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    st.characters(codec="utf-8", blacklist_characters="\x00"),
     min_size=1,
     max_size=200,
 )

@@ -20,6 +20,7 @@ from ._handle import UPSERT_CHUNK, Query, Table
 from ._memory import MemoryDatabase, memory_database
 from ._partitions import PARTITION_LOCK_TIMEOUT_MS, maintain_partitions
 from ._pg_search import PostgresSearchIndex, postgres_search_index
+from ._sealing import KeyRing, exportable, redact
 from ._search import (
     SEARCH_INDEX,
     MemorySearchIndex,
@@ -29,20 +30,11 @@ from ._search import (
     memory_search_index,
     search_document_of,
 )
-from ._sealing import KeyRing, exportable, redact
 from ._series import SERIES_UNITS, SeriesPoint
 
 __all__ = [
-    "SEARCH_INDEX",
-    "MemorySearchIndex",
-    "PostgresSearchIndex",
-    "SearchDocument",
-    "SearchHit",
-    "SearchIndex",
-    "memory_search_index",
-    "postgres_search_index",
-    "search_document_of",
     "PARTITION_LOCK_TIMEOUT_MS",
+    "SEARCH_INDEX",
     "SERIES_UNITS",
     "SOFT_DELETE_COLUMN",
     "UPSERT_CHUNK",
@@ -52,9 +44,14 @@ __all__ = [
     "Index",
     "KeyRing",
     "MemoryDatabase",
+    "MemorySearchIndex",
     "PartitionBy",
+    "PostgresSearchIndex",
     "Query",
     "Reference",
+    "SearchDocument",
+    "SearchHit",
+    "SearchIndex",
     "SeriesPoint",
     "Table",
     "View",
@@ -67,8 +64,11 @@ __all__ = [
     "jsonb",
     "maintain_partitions",
     "memory_database",
+    "memory_search_index",
     "numeric",
+    "postgres_search_index",
     "redact",
+    "search_document_of",
     "text",
     "timestamp",
     "uuid",

@@ -12,7 +12,7 @@ from ultimat3.core import XError
 
 from ._database import Database
 from ._names import check_identifier, derived_name
-from ._search import SearchDocument, SearchHit
+from ._search import DocList, HitList, SearchDocument, SearchHit
 
 _CONFIGS = frozenset({"simple", "english", "german", "french", "spanish", "italian", "dutch"})
 
@@ -90,7 +90,7 @@ class PostgresSearchIndex:
 
     async def list(
         self, *, tenant: str | None = None, after: str | None = None, limit: int = 500
-    ) -> list[SearchDocument]:
+    ) -> DocList:
         stmt = sql.SQL(
             "SELECT id, entity, tenant, body, version FROM {} WHERE NOT removed "
             'AND (%s::text IS NULL OR tenant = %s) AND (%s::text IS NULL OR id COLLATE "C" > %s) '
@@ -100,9 +100,7 @@ class PostgresSearchIndex:
             await cur.execute(stmt, [tenant, tenant, after, after, limit])
             return [SearchDocument(r[0], r[1], r[2], r[3], int(r[4])) for r in await cur.fetchall()]
 
-    async def search(
-        self, query: str, *, tenant: str | None = None, limit: int = 20
-    ) -> list[SearchHit]:
+    async def search(self, query: str, *, tenant: str | None = None, limit: int = 20) -> HitList:
         stmt = sql.SQL(
             "SELECT id, ts_rank(tsv, q) FROM {}, plainto_tsquery({cfg}, %s) q "
             "WHERE NOT removed AND tsv @@ q AND (%s::text IS NULL OR tenant = %s) "

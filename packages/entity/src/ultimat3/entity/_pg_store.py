@@ -36,6 +36,7 @@ class PgStore:
     def __init__(self, pool: Callable[[], Any], schema: str | None) -> None:
         self._pool = pool
         self.schema = schema
+        self._texts: dict[tuple[Any, ...], str] = {}
 
     def ident(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.schema, name) if self.schema else sql.Identifier(name)
@@ -117,26 +118,44 @@ class PgStore:
 
     # --- statements ------------------------------------------------------------------------
 
+    def _type(self, ent: Entity, column: str) -> str:
+        col = ent.columns.get(column)
+        return "timestamptz" if col is None else col.sql_type  # None: deleted_at
+
+    def _unnest(self, ent: Entity, cols: list[str]) -> sql.Composed:
+        """``SELECT * FROM unnest(%s::type[], ...)``: one array parameter per column, so a
+        1,000-row statement has as many parameters as columns (and one text, cached)."""
+        arrays = sql.SQL(", ").join(
+            sql.SQL("%s::{}[]").format(sql.SQL(self._type(ent, c))) for c in cols
+        )
+        return sql.SQL("SELECT * FROM unnest({})").format(arrays)
+
+    def _arrays(self, ent: Entity, cols: list[str], rows: Sequence[dict[str, Any]]) -> list[Any]:
+        return [[self._param(ent, c, r[c]) for r in rows] for c in cols]
+
+    def _text(self, key: tuple[Any, ...], conn: Conn, build: Callable[[], sql.Composed]) -> str:
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = build().as_string(conn)
+        return text
+
     async def insert(self, ent: Entity, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         cols = list(rows[0])
+
+        def build() -> sql.Composed:
+            return sql.SQL("INSERT INTO {} ({}) {} RETURNING *").format(
+                self.ident(ent.name),
+                sql.SQL(", ").join(map(sql.Identifier, cols)),
+                self._unnest(ent, cols),
+            )
+
         out: list[dict[str, Any]] = []
         async with self.connection(atomic=len(rows) > UPSERT_CHUNK) as conn:
+            stmt = self._text(("insert", ent.name, *cols), conn, build)
             for start in range(0, len(rows), UPSERT_CHUNK):
                 chunk = rows[start : start + UPSERT_CHUNK]
-                query, params = self._values(ent, cols, chunk)
-                stmt = sql.SQL("INSERT INTO {} ({}) VALUES {} RETURNING *").format(
-                    self.ident(ent.name), sql.SQL(", ").join(map(sql.Identifier, cols)), query
-                )
-                got = await self._fetch(conn, stmt, params, ent)
-                out.extend(got)
+                out.extend(await self._fetch(conn, stmt, self._arrays(ent, cols, chunk), ent))
         return out
-
-    def _values(
-        self, ent: Entity, cols: list[str], rows: Sequence[dict[str, Any]]
-    ) -> tuple[sql.Composable, list[Any]]:
-        one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(cols)))
-        params = [self._param(ent, c, r[c]) for r in rows for c in cols]
-        return sql.SQL(", ").join([one] * len(rows)), params
 
     async def upsert(
         self,
@@ -147,34 +166,38 @@ class PgStore:
         guard: tuple[str, Any] | None,
     ) -> int:
         cols = list(rows[0])
-        table = self.ident(ent.name)
-        action: sql.Composable
-        if update:
-            action = sql.SQL("DO UPDATE SET {}").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in update
+        alias = sql.Identifier(ent.name)
+
+        def build() -> sql.Composed:
+            action: sql.Composable
+            if update:
+                action = sql.SQL("DO UPDATE SET {}").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in update
+                    )
                 )
+                if guard is not None:
+                    action += sql.SQL(" WHERE {}.{} = EXCLUDED.{}").format(
+                        alias, sql.Identifier(guard[0]), sql.Identifier(guard[0])
+                    )
+            else:
+                action = sql.SQL("DO NOTHING")
+            return sql.SQL("INSERT INTO {} AS {} ({}) {} ON CONFLICT ({}) {}").format(
+                self.ident(ent.name),
+                alias,
+                sql.SQL(", ").join(map(sql.Identifier, cols)),
+                self._unnest(ent, cols),
+                sql.SQL(", ").join(map(sql.Identifier, conflict)),
+                action,
             )
-            if guard is not None:
-                action += sql.SQL(" WHERE {}.{} = EXCLUDED.{}").format(
-                    sql.Identifier(ent.name), sql.Identifier(guard[0]), sql.Identifier(guard[0])
-                )
-        else:
-            action = sql.SQL("DO NOTHING")
+
+        key = ("upsert", ent.name, tuple(cols), conflict, update, guard is not None)
         written = 0
         async with self.connection(atomic=True) as conn:
+            stmt = self._text(key, conn, build)
             for start in range(0, len(rows), UPSERT_CHUNK):
                 chunk = rows[start : start + UPSERT_CHUNK]
-                values, params = self._values(ent, cols, chunk)
-                stmt = sql.SQL("INSERT INTO {} AS {} ({}) VALUES {} ON CONFLICT ({}) {}").format(
-                    table,
-                    sql.Identifier(ent.name),
-                    sql.SQL(", ").join(map(sql.Identifier, cols)),
-                    values,
-                    sql.SQL(", ").join(map(sql.Identifier, conflict)),
-                    action,
-                )
-                written += await self._rowcount(conn, stmt, params, ent)
+                written += await self._rowcount(conn, stmt, self._arrays(ent, cols, chunk), ent)
             if guard is not None and written < len(rows):
                 # raised inside the block: the transaction (or savepoint) rolls every chunk back
                 raise tenant_collision(ent, len(rows) - written, conflict)
@@ -267,7 +290,7 @@ class PgStore:
     # --- execution -------------------------------------------------------------------------
 
     async def _fetch(
-        self, conn: Conn, stmt: sql.Composed | sql.SQL, params: list[Any], ent: Entity
+        self, conn: Conn, stmt: str | sql.Composed | sql.SQL, params: list[Any], ent: Entity
     ) -> list[dict[str, Any]]:
         try:
             async with conn.cursor(row_factory=dict_row) as cur:
@@ -278,7 +301,7 @@ class PgStore:
         return [self._decode(ent, r) for r in rows]
 
     async def _tuples(
-        self, conn: Conn, stmt: sql.Composed | sql.SQL, params: list[Any], ent: Entity
+        self, conn: Conn, stmt: str | sql.Composed | sql.SQL, params: list[Any], ent: Entity
     ) -> list[tuple[Any, ...]]:
         try:
             async with conn.cursor(row_factory=tuple_row) as cur:
@@ -288,7 +311,7 @@ class PgStore:
             raise wrap_error(exc, ent) from exc
 
     async def _rowcount(
-        self, conn: Conn, stmt: sql.Composed | sql.SQL, params: list[Any], ent: Entity
+        self, conn: Conn, stmt: str | sql.Composed | sql.SQL, params: list[Any], ent: Entity
     ) -> int:
         try:
             async with conn.cursor() as cur:

@@ -26,8 +26,14 @@ class SearchDocument:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
+    """A match: the document id and its rank (higher is better)."""
+
     id: str
     rank: float
+
+
+DocList = list[SearchDocument]
+HitList = list[SearchHit]
 
 
 def _flatten(value: Any) -> Iterable[str]:
@@ -99,13 +105,11 @@ class SearchIndex(Protocol):
 
     async def list(
         self, *, tenant: str | None = None, after: str | None = None, limit: int = 500
-    ) -> list[SearchDocument]:
+    ) -> DocList:
         """Live documents in id order, after ``after``, of ``tenant`` when given."""
         ...
 
-    async def search(
-        self, query: str, *, tenant: str | None = None, limit: int = 20
-    ) -> list[SearchHit]:
+    async def search(self, query: str, *, tenant: str | None = None, limit: int = 20) -> HitList:
         """The best matches of ``query`` (words, all required)."""
         ...
 
@@ -148,7 +152,7 @@ class MemorySearchIndex:
 
     async def list(
         self, *, tenant: str | None = None, after: str | None = None, limit: int = 500
-    ) -> list[SearchDocument]:
+    ) -> DocList:
         live = [d for _, (d, removed) in sorted(self._docs.items()) if not removed]
         if tenant is not None:
             live = [d for d in live if d.tenant == tenant]
@@ -156,9 +160,7 @@ class MemorySearchIndex:
             live = [d for d in live if d.id > after]
         return live[:limit]
 
-    async def search(
-        self, query: str, *, tenant: str | None = None, limit: int = 20
-    ) -> list[SearchHit]:
+    async def search(self, query: str, *, tenant: str | None = None, limit: int = 20) -> HitList:
         words = [w.lower() for w in query.split() if w]
         hits = []
         for doc in await self.list(tenant=tenant, limit=10**9):
