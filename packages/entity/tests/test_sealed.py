@@ -50,7 +50,8 @@ def test_any_text_round_trips_and_the_ciphertext_never_contains_it(
             await db.people.insert({"id": pid, "ssn": secret})
             assert (await db.people.where(id=pid).first() or {})["ssn"] == secret
             stored = await _stored(db, pid)
-            assert secret.encode() not in stored
+            if len(secret.encode()) >= 8:  # shorter byte strings turn up in random bytes by chance
+                assert secret.encode() not in stored
             assert ring.key_id_of(stored) == "k1"
 
     asyncio.run(run())

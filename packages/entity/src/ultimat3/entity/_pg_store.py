@@ -126,12 +126,23 @@ class PgStore:
         """``SELECT * FROM unnest(%s::type[], ...)``: one array parameter per column, so a
         1,000-row statement has as many parameters as columns (and one text, cached)."""
         arrays = sql.SQL(", ").join(
-            sql.SQL("%s::{}[]").format(sql.SQL(self._type(ent, c))) for c in cols
+            # a uuid column travels as text[] (cast on the server: no UUID object per value)
+            sql.SQL("%b::text[]::uuid[]" if self._type(ent, c) == "uuid" else "%b::{}[]").format(
+                sql.SQL(self._type(ent, c))
+            )
+            for c in cols
         )
         return sql.SQL("SELECT * FROM unnest({})").format(arrays)
 
     def _arrays(self, ent: Entity, cols: list[str], rows: Sequence[dict[str, Any]]) -> list[Any]:
-        return [[self._param(ent, c, r[c]) for r in rows] for c in cols]
+        out: list[Any] = []
+        for c in cols:
+            col = ent.columns.get(c)
+            if col is not None and col.kind == "jsonb" and not col.is_sealed:
+                out.append([None if r[c] is None else Jsonb(r[c]) for r in rows])
+            else:  # uuid as its text (see _unnest); the rest as normalized
+                out.append([r[c] for r in rows])
+        return out
 
     def _text(self, key: tuple[Any, ...], conn: Conn, build: Callable[[], sql.Composed]) -> str:
         text = self._texts.get(key)

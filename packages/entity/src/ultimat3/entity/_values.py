@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid as _uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -15,6 +16,7 @@ from ultimat3.core import XError
 if TYPE_CHECKING:
     from ._columns import Column
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -45,6 +47,8 @@ def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
         )
     kind = col.kind
     if kind == "uuid":
+        if isinstance(value, str) and _CANONICAL_UUID.match(value):
+            return value  # the common case, checked without building a UUID
         if isinstance(value, _uuid.UUID):
             return str(value)
         if isinstance(value, str):
