@@ -14,8 +14,9 @@ over the same keys (updates):
 - ``copy+upsert``: ``COPY`` of the batch into a temp table, then one
   ``INSERT ... SELECT ... ON CONFLICT DO UPDATE``.
 
-All three run in one transaction per batch. Prints rows/s per way and pass (the median of the
-rounds) and the ratio of upsert_all to the best hand-written way. Bounded: one connection, a
+All three run in one transaction per batch, batch by batch in turns (the order rotating), so a
+machine shared with other work slows all three alike. Prints rows/s per way and pass (the median
+of the rounds) and the ratio of the best hand-written way to upsert_all. Bounded: one connection, a
 schema of its own dropped at the end; loopback only (``$DATABASE_URL`` or the local test server).
 """
 
@@ -30,7 +31,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -45,7 +45,10 @@ rows_entity = entity(
     columns={"id": uuid_col().primary_key(), "name": text(), "n": bigint(), "at": timestamp()},
 )
 
-DDL = "CREATE TABLE {} (id uuid PRIMARY KEY, name text NOT NULL, n bigint NOT NULL, at timestamptz NOT NULL)"
+DDL = (
+    "CREATE TABLE {} (id uuid PRIMARY KEY, name text NOT NULL, n bigint NOT NULL, "
+    "at timestamptz NOT NULL)"
+)
 UPSERT_ONE = (
     "INSERT INTO {} (id, name, n, at) VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE "
     "SET name = EXCLUDED.name, n = EXCLUDED.n, at = EXCLUDED.at"
@@ -61,50 +64,71 @@ def make_rows(count: int, salt: int) -> list[dict[str, Any]]:
     ]
 
 
-async def way_upsert_all(
-    pool: AsyncConnectionPool[Any], schema: str, rows: list[dict[str, Any]]
-) -> None:
+Batch = list[dict[str, Any]]
+
+
+async def way_upsert_all(pool: AsyncConnectionPool[Any], schema: str, batch: Batch) -> None:
     db = database(pool, [rows_entity], schema=schema)
-    for start in range(0, len(rows), BATCH):
-        await db.bench_rows.upsert_all(rows[start : start + BATCH], on_conflict=["id"])
+    await db.bench_rows.upsert_all(batch, on_conflict=["id"])
 
 
-async def way_executemany(
-    pool: AsyncConnectionPool[Any], schema: str, rows: list[dict[str, Any]]
-) -> None:
+async def way_executemany(pool: AsyncConnectionPool[Any], schema: str, batch: Batch) -> None:
     stmt = sql.SQL(UPSERT_ONE).format(sql.Identifier(schema, "bench_rows"))
-    async with pool.connection() as conn:
-        for start in range(0, len(rows), BATCH):
-            batch = rows[start : start + BATCH]
-            async with conn.transaction(), conn.cursor() as cur:
-                await cur.executemany(
-                    stmt, [(uuid.UUID(r["id"]), r["name"], r["n"], r["at"]) for r in batch]
-                )
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        await cur.executemany(
+            stmt, [(uuid.UUID(r["id"]), r["name"], r["n"], r["at"]) for r in batch]
+        )
 
 
-async def way_copy(pool: AsyncConnectionPool[Any], schema: str, rows: list[dict[str, Any]]) -> None:
+async def way_copy(pool: AsyncConnectionPool[Any], schema: str, batch: Batch) -> None:
     table = sql.Identifier(schema, "bench_rows")
-    async with pool.connection() as conn:
-        for start in range(0, len(rows), BATCH):
-            batch = rows[start : start + BATCH]
-            async with conn.transaction(), conn.cursor() as cur:
-                await cur.execute(
-                    "CREATE TEMP TABLE IF NOT EXISTS bench_stage (id uuid, name text, "
-                    "n bigint, at timestamptz) ON COMMIT DELETE ROWS"
-                )
-                async with cur.copy("COPY bench_stage (id, name, n, at) FROM STDIN") as copy:
-                    for r in batch:
-                        await copy.write_row((uuid.UUID(r["id"]), r["name"], r["n"], r["at"]))
-                await cur.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (id, name, n, at) SELECT id, name, n, at FROM bench_stage "
-                        "ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, n = EXCLUDED.n, "
-                        "at = EXCLUDED.at"
-                    ).format(table)
-                )
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        await cur.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS bench_stage (id uuid, name text, n bigint, "
+            "at timestamptz) ON COMMIT DELETE ROWS"
+        )
+        async with cur.copy("COPY bench_stage (id, name, n, at) FROM STDIN") as copy:
+            for r in batch:
+                await copy.write_row((uuid.UUID(r["id"]), r["name"], r["n"], r["at"]))
+        await cur.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, name, n, at) SELECT id, name, n, at FROM bench_stage "
+                "ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, n = EXCLUDED.n, "
+                "at = EXCLUDED.at"
+            ).format(table)
+        )
 
 
 WAYS = {"upsert_all": way_upsert_all, "executemany": way_executemany, "copy+upsert": way_copy}
+
+
+async def one_round(pool: AsyncConnectionPool[Any], rows: dict[str, Batch]) -> dict[str, float]:
+    """Each way into a schema of its own; batch by batch in turns (the order rotating), so the
+    three meet the same machine state. Answers rows/s per (way, pass)."""
+    schemas = {name: f"x_bench_ent_{uuid.uuid4().hex[:10]}" for name in WAYS}
+    spent: dict[str, float] = {}
+    async with pool.connection() as conn:
+        for schema in schemas.values():
+            await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            await conn.execute(sql.SQL(DDL).format(sql.Identifier(schema, "bench_rows")))
+    try:
+        names = list(WAYS)
+        for label, data in rows.items():
+            for i, start in enumerate(range(0, len(data), BATCH)):
+                batch = data[start : start + BATCH]
+                for name in names[i % 3 :] + names[: i % 3]:
+                    t0 = time.perf_counter()
+                    await WAYS[name](pool, schemas[name], batch)
+                    key = f"{name} {label}"
+                    spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+    finally:
+        async with pool.connection() as conn:
+            for schema in schemas.values():
+                await conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
+    n = len(next(iter(rows.values())))
+    return {k: n / v for k, v in spent.items()}
 
 
 async def main() -> None:
@@ -112,34 +136,24 @@ async def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    inserts, updates = make_rows(args.rows, 1), make_rows(args.rows, 2)
-    results: dict[tuple[str, str], list[float]] = {}
+    rows = {"insert": make_rows(args.rows, 1), "update": make_rows(args.rows, 2)}
+    results: dict[str, list[float]] = {}
     async with AsyncConnectionPool(DSN, min_size=1, max_size=1, open=False) as pool:
         for rnd in range(args.rounds):
-            for name, way in WAYS.items():
-                schema = f"x_bench_ent_{uuid.uuid4().hex[:10]}"
-                async with pool.connection() as conn:
-                    await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-                    await conn.execute(sql.SQL(DDL).format(sql.Identifier(schema, "bench_rows")))
-                try:
-                    for label, rows in (("insert", inserts), ("update", updates)):
-                        t0 = time.perf_counter()
-                        await way(pool, schema, rows)
-                        rate = len(rows) / (time.perf_counter() - t0)
-                        results.setdefault((name, label), []).append(rate)
-                        print(f"round {rnd + 1} {name:12} {label}: {rate:9.0f} rows/s", flush=True)
-                finally:
-                    async with pool.connection() as conn:
-                        await conn.execute(
-                            sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema))
-                        )
-    print(f"\nmedians of {args.rounds} round(s), {args.rows} rows, batches of {BATCH}:")
+            rates = await one_round(pool, rows)
+            for key, rate in rates.items():
+                results.setdefault(key, []).append(rate)
+            print(
+                f"round {rnd + 1}: " + "  ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()),
+                flush=True,
+            )
+    print(f"\nmedians of {args.rounds} round(s), {args.rows:,} rows, batches of {BATCH:,}:")
     for label in ("insert", "update"):
-        med = {n: statistics.median(results[(n, label)]) for n in WAYS}
-        best_hand = max(med["executemany"], med["copy+upsert"])
+        med = {n: statistics.median(results[f"{n} {label}"]) for n in WAYS}
+        best = max(med["executemany"], med["copy+upsert"])
         cells = "  ".join(f"{n} {v:,.0f}/s" for n, v in med.items())
         print(
-            f"  {label}: {cells}  best hand-written / upsert_all = {best_hand / med['upsert_all']:.2f}x"
+            f"  {label}: {cells}  best hand-written / upsert_all = {best / med['upsert_all']:.2f}x"
         )
 
 
