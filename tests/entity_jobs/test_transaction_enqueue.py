@@ -119,3 +119,26 @@ async def test_an_enqueue_in_a_rolled_back_savepoint_is_gone_and_the_outer_commi
             await inner_fails()
     assert await db.posts.count() == 0
     assert await _queued(driver) == [kept]
+
+
+async def test_handles_join_the_jobs_packages_own_transaction_helper(
+    both: tuple[Database, PostgresJobDriver],
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from ultimat3.jobs.postgres import transaction
+
+    db, driver = both
+    pid = new_id()
+    async with AsyncConnectionPool(URL, min_size=1, max_size=1, open=False) as pool:
+
+        async def fails() -> None:
+            async with transaction(pool):
+                await db.posts.insert({"id": pid, "title": "via jobs.postgres.transaction"})
+                await notify.enqueue(Notify(post_id=pid))
+                raise RuntimeError("rolled back")
+
+        with pytest.raises(RuntimeError, match="rolled back"):
+            await fails()
+    assert await db.posts.count() == 0
+    assert await _queued(driver) == []
