@@ -144,3 +144,15 @@ async def test_maintain_partitions_refuses_an_unpartitioned_entity(make_db: Make
     with pytest.raises(XError) as caught:
         await maintain_partitions(db, sales, now=datetime.now(UTC))
     assert caught.value.code == "X_CONFIG_INVALID"
+
+
+async def test_migrate_and_maintain_partitions_log_their_named_events(make_db: MakeDb) -> None:
+    from ultimat3.core import capture_log_events
+
+    db = make_db([clicks])
+    with capture_log_events() as events, use_clock(FrozenClock(datetime(2026, 12, 15, tzinfo=UTC))):
+        await db.migrate()
+        await maintain_partitions(db, clicks, now=datetime(2027, 1, 2, tzinfo=UTC))
+    named = [(e["event"], e["level"]) for e in events if e["event"].startswith("entity.")]
+    assert named == [("entity.migrate", "info"), ("entity.partitions.maintained", "info")]
+    assert events[-1]["created"] == 1 and events[-1]["dropped"] == 0
