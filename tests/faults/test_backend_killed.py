@@ -17,9 +17,17 @@ from typing import Any
 
 import psycopg
 import pytest
-from _faults import Db, app_name, backend_pids, terminate, until, with_app_name, work_request
-from _worker_app import STEPS_JOB, Work, configure
 from psycopg import sql
+from ultimat3_testkit.fault_app import STEPS_JOB, Work, configure
+from ultimat3_testkit.faults import (
+    Db,
+    app_name,
+    backend_pids,
+    terminate,
+    until,
+    with_app_name,
+    work_request,
+)
 
 from ultimat3.core import new_id, swap_adapter
 from ultimat3.jobs import EnqueueResult, JobWorker, job_worker

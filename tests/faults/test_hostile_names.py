@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from _faults import (
+from ultimat3_testkit.fault_app import HOSTILE_JOBS, KEYED_HOSTILE_JOB, Echo, echo_body
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,
@@ -22,7 +23,6 @@ from _faults import (
     with_app_name,
     worker_args,
 )
-from _worker_app import HOSTILE_JOBS, KEYED_HOSTILE_JOB, Echo, echo_body
 
 from ultimat3.core import XError, swap_adapter
 from ultimat3.jobs import EnqueueResult, Job, job

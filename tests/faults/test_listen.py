@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from _faults import (
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     WorkerProcess,
@@ -25,9 +26,8 @@ from _faults import (
     work_request,
     worker_args,
 )
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ultimat3.jobs import _worker
+from ultimat3.jobs._process import worker as _worker
 from ultimat3.jobs.postgres import postgres_job_driver
 
 PROVEN_IDLE_S: float = getattr(_worker, "WAKE_PROVEN_IDLE_MS", 0) / 1000

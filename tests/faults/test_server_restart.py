@@ -11,7 +11,7 @@ import os
 import time
 
 import pytest
-from _faults import (
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,
@@ -23,10 +23,10 @@ from _faults import (
 )
 
 from ultimat3.core import XError, new_id
-from ultimat3.jobs._embedded import load_package
-from ultimat3.jobs._heartbeat import Heartbeat
-from ultimat3.jobs._model import ClaimedJob
+from ultimat3.jobs._run.heartbeat import Heartbeat
+from ultimat3.jobs.adapter import ClaimedJob
 from ultimat3.jobs.embedded import EmbeddedPostgres
+from ultimat3.jobs.embedded._server import load_package
 from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
 
 JOBS = 150

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from _faults import (
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from _faults import (
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,
@@ -17,7 +17,7 @@ from _faults import (
     worker_args,
 )
 
-from ultimat3.jobs._model import AckRequest, StepState
+from ultimat3.jobs.adapter import AckRequest, StepState
 from ultimat3.jobs.postgres import postgres_job_driver
 
 

@@ -22,27 +22,28 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ultimat3.core import XError, from_epoch_ms, log_event, new_id
-from ultimat3.jobs._drain import Imported, MovedJob
-from ultimat3.jobs._introspect_rules import sample_queue_names
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     DEAD_RETENTION_MS,
     DEPTH_SAMPLE_CAP,
     DONE_RETENTION_MS,
     ENQUEUE_CHUNK,
+    EXHAUSTED_BUFFER,
     MAX_ENQUEUE_BATCH,
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
     ExhaustedJob,
+    Imported,
+    MovedJob,
     NackOutcome,
     QueueSample,
     QueueStats,
+    Stepless,
     StepRecord,
     StepState,
     WorkerRow,
+    sample_queue_names,
 )
-from ultimat3.jobs._ports import EXHAUSTED_BUFFER
-from ultimat3.jobs._stepless import Stepless
 
 from ._backfills import RedisBackfillLedger
 from ._codec import (

@@ -33,7 +33,7 @@ from redis.exceptions import (
 )
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import COUNTER_TIERS
+from ultimat3.jobs.adapter import COUNTER_TIERS
 
 from ._resp import RespClient
 

@@ -26,16 +26,22 @@ from typing import Any, Final, cast
 from psycopg import errors as pg_errors
 
 from ultimat3.core import XError, is_lowercase_uuid, log_event
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     ENQUEUE_CHUNK,
     MAX_ENQUEUE_BATCH,
     EnqueueColumns,
     EnqueueRequest,
     EnqueueResult,
 )
-
-from ._db import Conn, Database
-from ._rows import check_text, check_uuid, is_plain_json, json_form, json_text, ms_param
+from ultimat3.jobs.postgres._db import Conn, Database
+from ultimat3.jobs.postgres._rows import (
+    check_text,
+    check_uuid,
+    is_plain_json,
+    json_form,
+    json_text,
+    ms_param,
+)
 
 ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()

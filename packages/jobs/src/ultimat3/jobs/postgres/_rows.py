@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid, to_json_form
-from ultimat3.jobs._model import BackfillRow, JobDetail, JobRow, StepRecord, WorkerRow
+from ultimat3.jobs.adapter import BackfillRow, JobDetail, JobRow, StepRecord, WorkerRow
 
 JOB_COLUMNS: Final = 20
 """How many columns the ``job_columns`` fragment of ``queries.sql`` selects."""

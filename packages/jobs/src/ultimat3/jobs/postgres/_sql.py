@@ -18,7 +18,7 @@ from typing import Final
 from psycopg import sql
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import COUNTER_TIERS
+from ultimat3.jobs.adapter import COUNTER_TIERS
 
 TABLES: Final[tuple[str, ...]] = (
     "x_schema_migrations",
