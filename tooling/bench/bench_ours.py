@@ -63,7 +63,7 @@ class Ultimat3:
 
     @property
     def settings(self) -> str:
-        from ultimat3.jobs._process.worker import DEFAULT_CLAIM_BATCH
+        from ultimat3.jobs._process.settings import DEFAULT_CLAIM_BATCH
 
         wake = (
             "the wake: start_queue_wake(driver, worker.wake) (one LISTEN session) unless the "

@@ -26,6 +26,7 @@ from ultimat3.jobs._declare.task import (
 )
 from ultimat3.jobs._process.relay import outbox_relay
 from ultimat3.jobs._process.scheduler import SchedulerStats, TaskScheduler, task_scheduler
+from ultimat3.jobs._process.settings import WorkerSettings
 from ultimat3.jobs._process.worker import JobWorker, WorkerStats, job_worker
 from ultimat3.jobs._run.context import JobContext, JobLog
 from ultimat3.jobs._run.events import publish_event
@@ -91,6 +92,7 @@ __all__ = [
     "Task",
     "TaskOccurrence",
     "TaskScheduler",
+    "WorkerSettings",
     "WorkerStats",
     "concurrency_limiter",
     "execute_job",

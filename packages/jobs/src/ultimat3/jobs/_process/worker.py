@@ -29,13 +29,16 @@ from typing import TYPE_CHECKING, Any
 from ultimat3.core import AbortController, XError, adapter, log_event
 from ultimat3.jobs._process.gauges import unwatch_worker, watch_worker
 from ultimat3.jobs._process.sampler import DEFAULT_DEPTH_SAMPLE_INTERVAL_MS, DepthSampler
+from ultimat3.jobs._process.settings import (
+    UNSET,
+    Unset,
+    WorkerSettings,
+)
 from ultimat3.jobs._run.ack_batcher import settler_for
 from ultimat3.jobs._run.execute import execute_job, jobs_total_counter
 from ultimat3.jobs._run.limiter import ConcurrencyLimiter
 from ultimat3.jobs._run.on_settled import SettledOutcome, notify_settled
 from ultimat3.jobs._run.outcome import (
-    DEFAULT_ABANDON_GRACE_MS,
-    DEFAULT_DRAIN_TIMEOUT_MS,
     ExecutionSettings,
     RunOutcome,
 )
@@ -53,8 +56,6 @@ if TYPE_CHECKING:
     from ultimat3.jobs._declare.job import Job
     from ultimat3.jobs.adapter import EventBus, JobDriver, WakeHandle
 
-DEFAULT_CLAIM_BATCH = 10
-"""Rows one claim asks for when the worker has no ``max_in_flight`` cap."""
 CLAIM_GROWTH = 10
 """Without a cap, while the queue holds a backlog of runs that end before the next pass, each
 claim asks for twice the last, up to ``CLAIM_GROWTH * claim_batch`` rows."""
@@ -101,25 +102,87 @@ def job_worker(
     jobs: Sequence[Job[Any, Any]],
     queues: Sequence[str] | None = None,
     max_in_flight: int | None = None,
-    poll_interval_ms: int = 250,
-    idle_poll_max_ms: int = 2000,
-    visibility_timeout_ms: int = 30_000,
-    heartbeat_interval_ms: int | None = None,
+    settings: WorkerSettings | None = None,
+    poll_interval_ms: int | Unset = UNSET,
+    idle_poll_max_ms: int | Unset = UNSET,
+    visibility_timeout_ms: int | Unset = UNSET,
+    heartbeat_interval_ms: int | Unset | None = UNSET,
     app: Any = None,
     limiter: ConcurrencyLimiter | None = None,
     driver: JobDriver | None = None,
     event_bus: EventBus | None = None,
     worker_id: str | None = None,
-    drain_timeout_ms: int = DEFAULT_DRAIN_TIMEOUT_MS,
-    abandon_grace_ms: int = DEFAULT_ABANDON_GRACE_MS,
-    claim_batch: int = DEFAULT_CLAIM_BATCH,
+    drain_timeout_ms: int | Unset = UNSET,
+    abandon_grace_ms: int | Unset = UNSET,
+    claim_batch: int | Unset = UNSET,
     handle_signals: bool = True,
     monotonic: Callable[[], float] | None = None,
     rng: random.Random | None = None,
-    depth_sample_interval_ms: int = DEFAULT_DEPTH_SAMPLE_INTERVAL_MS,
+    depth_sample_interval_ms: int | Unset = UNSET,
 ) -> JobWorker:
     """A worker for ``jobs``. ``driver`` defaults to the installed one (resolved at ``start``);
-    ``queues`` to the queues the jobs declare."""
+    ``queues`` to the queues the jobs declare.
+
+    The tuning knobs are one value, ``settings=WorkerSettings(...)`` (every field defaults to
+    what it always has); each may also be given as a keyword of its own, as before. ``app`` is
+    what ``ctx.app`` answers; ``monotonic`` and ``rng`` are test hooks (the run's clock for
+    leases and the backoff's randomness)."""
+    if settings is not None and not isinstance(settings, WorkerSettings):
+        raise _config_error(
+            f"settings {settings!r} is not a WorkerSettings",
+            "job_worker(jobs=[...], settings=WorkerSettings(poll_interval_ms=100))",
+        )
+    tuned = (settings if settings is not None else WorkerSettings()).merged(
+        {
+            "poll_interval_ms": poll_interval_ms,
+            "idle_poll_max_ms": idle_poll_max_ms,
+            "visibility_timeout_ms": visibility_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "drain_timeout_ms": drain_timeout_ms,
+            "abandon_grace_ms": abandon_grace_ms,
+            "claim_batch": claim_batch,
+            "depth_sample_interval_ms": depth_sample_interval_ms,
+        }
+    )
+    return _job_worker(
+        jobs=jobs,
+        queues=queues,
+        max_in_flight=max_in_flight,
+        tuned=tuned,
+        app=app,
+        limiter=limiter,
+        driver=driver,
+        event_bus=event_bus,
+        worker_id=worker_id,
+        handle_signals=handle_signals,
+        monotonic=monotonic,
+        rng=rng,
+    )
+
+
+def _job_worker(
+    *,
+    jobs: Sequence[Job[Any, Any]],
+    queues: Sequence[str] | None,
+    max_in_flight: int | None,
+    tuned: WorkerSettings,
+    app: Any,
+    limiter: ConcurrencyLimiter | None,
+    driver: JobDriver | None,
+    event_bus: EventBus | None,
+    worker_id: str | None,
+    handle_signals: bool,
+    monotonic: Callable[[], float] | None,
+    rng: random.Random | None,
+) -> JobWorker:
+    poll_interval_ms = tuned.poll_interval_ms
+    idle_poll_max_ms = tuned.idle_poll_max_ms
+    visibility_timeout_ms = tuned.visibility_timeout_ms
+    heartbeat_interval_ms = tuned.heartbeat_interval_ms
+    drain_timeout_ms = tuned.drain_timeout_ms
+    abandon_grace_ms = tuned.abandon_grace_ms
+    claim_batch = tuned.claim_batch
+    depth_sample_interval_ms = tuned.depth_sample_interval_ms
     from ultimat3.jobs._declare.job import Job
 
     given: object = jobs
