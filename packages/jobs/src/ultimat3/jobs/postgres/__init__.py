@@ -12,7 +12,7 @@ async with transaction(pool) as conn:             # business rows and jobs commi
     await notify_subscribers.enqueue({...})       # written on conn, in this transaction
 ```
 
-The schema is ``sql/schema.sql`` (authoritative), the statements ``sql/queries.sql``; see
+The schema is ``sql/schema.sql`` (authoritative), the statements ``sql/queries/*.sql``; see
 docs/postgres.md.
 """
 

@@ -1,6 +1,6 @@
 """``PostgresJobDriver``: the default, durable ``JobDriver`` over psycopg 3 and psycopg_pool.
 
-One statement per operation wherever one serves (sql/queries.sql names each and the index it
+One statement per operation wherever one serves (sql/queries/*.sql names each and the index it
 reads): an enqueue is one INSERT ... ON CONFLICT with its notify, a claim is one
 ``FOR UPDATE SKIP LOCKED`` statement that never hands out more than its limit, and every settle
 is fenced on ``(worker_id, claim)`` and moves its counter in the same statement. Every time is the
@@ -496,7 +496,7 @@ class PostgresJobDriver:
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:
-        """One occurrence of a task in ONE statement (``fire_task`` in queries.sql): the
+        """One occurrence of a task in ONE statement (``fire_task`` in sql/queries/): the
         watermark and the jobs move together, or neither does. Every request is checked first;
         two sharing a live key (or an id) are one job, as in ``enqueue_many``."""
         check_text(task, what="fire_task: the task name")

@@ -152,7 +152,7 @@ _COLUMNS: Final[tuple[tuple[str, Callable[[Sequence[Any]], str | None]], ...]] =
     ("run_at_ms", array_ints),
     ("delay_ms", array_ints),
 )
-"""The parameters of `enqueue_many_input` (queries.sql) that ``_FIELDS`` fills, in its order,
+"""The parameters of `enqueue_many_input` (sql/queries/) that ``_FIELDS`` fills, in its order,
 each with the function that writes its array literal."""
 _TEXT: Final[frozenset[type]] = frozenset({str})
 _TEXT_OR_NONE: Final[frozenset[type]] = frozenset({str, type(None)})
@@ -216,7 +216,7 @@ def _write_chunk(
     traces: Sequence[Mapping[str, str] | None],
     names: Sequence[tuple[str, str]],
 ) -> dict[str, str | None]:
-    """A chunk as the typed arrays `enqueue_many_input` in queries.sql reads: ``columns`` in
+    """A chunk as the typed arrays `enqueue_many_input` in sql/queries/ reads: ``columns`` in
     ``_COLUMNS`` order, one array literal each in input order (joined in C, parsed by the
     server's array input), and the payloads as ONE json array: one json.dumps here, one parse on
     the server. ``names`` (id, job name) per row name a payload that holds a NUL."""
