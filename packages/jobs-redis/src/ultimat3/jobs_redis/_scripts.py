@@ -312,6 +312,11 @@ class ScriptRunner:
                 pipe.evalsha(self._scripts[name].sha, 1, self.base, *args)
             return list(await pipe.execute(raise_on_error=False))
 
+    @property
+    def fast(self) -> RespClient | None:
+        """The lean client (``None`` over a ``redis.asyncio`` client passed in)."""
+        return self._fast
+
     async def _reload(self, fast: RespClient, name: str, args: tuple[Arg, ...]) -> Any:
         """``SCRIPT LOAD`` and the ``EVALSHA`` again, pipelined: one round trip."""
         loaded = fast.send("SCRIPT", "LOAD", self._texts[name])
