@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from ultimat3.jobs.embedded import EmbeddedPostgres, embedded_postgres
 from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
@@ -22,8 +24,6 @@ from ultimat3_testkit.faults import (
     drop_schema,
     make_schema,
 )
-
-from ultimat3.jobs.embedded import EmbeddedPostgres, embedded_postgres
 
 
 @pytest.fixture(scope="session")

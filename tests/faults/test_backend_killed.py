@@ -18,6 +18,11 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+
+from ultimat3.core import new_id, swap_adapter
+from ultimat3.jobs import EnqueueResult, JobWorker, job_worker
+from ultimat3.jobs.adapter import JOB_DRIVER
+from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, transaction
 from ultimat3_testkit.fault_app import STEPS_JOB, Work, configure
 from ultimat3_testkit.faults import (
     Db,
@@ -28,11 +33,6 @@ from ultimat3_testkit.faults import (
     with_app_name,
     work_request,
 )
-
-from ultimat3.core import new_id, swap_adapter
-from ultimat3.jobs import EnqueueResult, JobWorker, job_worker
-from ultimat3.jobs.adapter import JOB_DRIVER
-from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, transaction
 
 
 @asynccontextmanager

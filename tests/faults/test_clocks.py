@@ -9,6 +9,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
+
+from ultimat3.core import new_id
+from ultimat3.jobs.adapter import EnqueueRequest
+from ultimat3.jobs.postgres import postgres_job_driver
 from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
@@ -18,10 +22,6 @@ from ultimat3_testkit.faults import (
     work_request,
     worker_args,
 )
-
-from ultimat3.core import new_id
-from ultimat3.jobs.adapter import EnqueueRequest
-from ultimat3.jobs.postgres import postgres_job_driver
 
 DELAY_MS = 120_000
 

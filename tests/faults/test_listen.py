@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ultimat3.jobs._process import worker as _worker
+from ultimat3.jobs.postgres import postgres_job_driver
 from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
@@ -26,9 +29,6 @@ from ultimat3_testkit.faults import (
     work_request,
     worker_args,
 )
-
-from ultimat3.jobs._process import worker as _worker
-from ultimat3.jobs.postgres import postgres_job_driver
 
 PROVEN_IDLE_S: float = getattr(_worker, "WAKE_PROVEN_IDLE_MS", 0) / 1000
 """How long an idle worker may sleep while its wake is proven (a worker that starts the driver's

@@ -12,8 +12,6 @@ import sys
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from ultimat3_testkit.fault_app import STEPS_JOB, configure
-from ultimat3_testkit.faults import HERE, Db, until, work_request
 
 from ultimat3.core import XError
 from ultimat3.jobs import job_worker
@@ -21,6 +19,8 @@ from ultimat3.jobs._process.worker import WORKER_CONNECTIONS
 from ultimat3.jobs.cli._driver import choose_driver, open_driver
 from ultimat3.jobs.cli._main import worker_pool_size
 from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
+from ultimat3_testkit.fault_app import STEPS_JOB, configure
+from ultimat3_testkit.faults import HERE, Db, until, work_request
 
 
 async def _refusal(driver: PostgresJobDriver, max_in_flight: int) -> XError:

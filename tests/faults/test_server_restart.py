@@ -11,6 +11,13 @@ import os
 import time
 
 import pytest
+
+from ultimat3.core import XError, new_id
+from ultimat3.jobs._run.heartbeat import Heartbeat
+from ultimat3.jobs.adapter import ClaimedJob
+from ultimat3.jobs.embedded import EmbeddedPostgres
+from ultimat3.jobs.embedded._server import load_package
+from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
 from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
@@ -21,13 +28,6 @@ from ultimat3_testkit.faults import (
     work_request,
     worker_args,
 )
-
-from ultimat3.core import XError, new_id
-from ultimat3.jobs._run.heartbeat import Heartbeat
-from ultimat3.jobs.adapter import ClaimedJob
-from ultimat3.jobs.embedded import EmbeddedPostgres
-from ultimat3.jobs.embedded._server import load_package
-from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
 
 JOBS = 150
 RESTART_AFTER = 50

@@ -19,12 +19,12 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from ultimat3_demo.cli import ProgressBar, render_text
-from ultimat3_demo.run import IDLE_PROBES, reset_schema
 
 from ultimat3.core import XError
 from ultimat3.jobs.cli import main, main_async
 from ultimat3.jobs.postgres import migrate
+from ultimat3_demo.cli import ProgressBar, render_text
+from ultimat3_demo.run import IDLE_PROBES, reset_schema
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from ultimat3.core import XError
 from ultimat3_demo.jobs import DEMO_JOBS, FLAKY_EVERY
 from ultimat3_demo.run import (
     IDLE_PROBES,
@@ -12,8 +14,6 @@ from ultimat3_demo.run import (
     plan,
     probes_of,
 )
-
-from ultimat3.core import XError
 
 
 def test_the_plan_makes_exactly_the_jobs_asked_for_a_quarter_of_them_orders() -> None:

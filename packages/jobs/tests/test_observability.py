@@ -22,7 +22,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine
 
 from ultimat3.core import XError, capture_log_events
 from ultimat3.jobs import Retry, job, job_worker
@@ -32,6 +31,7 @@ from ultimat3.jobs._run import execute as _execute
 from ultimat3.jobs._run import heartbeat as _heartbeat
 from ultimat3.jobs._run.outcome import ExecutionSettings
 from ultimat3.jobs._telemetry import spans as _spans
+from ultimat3_testkit.engine_drivers import Engine
 
 
 class Order(BaseModel):

@@ -16,7 +16,6 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import (
     SYSTEM_ACTOR,
@@ -43,6 +42,7 @@ from ultimat3.jobs.adapter import (
 )
 from ultimat3.jobs.memory import MemoryTransaction, memory_job_driver, memory_outbox_store
 from ultimat3.jobs.postgres import transaction
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 class Org(BaseModel):

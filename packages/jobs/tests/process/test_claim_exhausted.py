@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine
 
 from ultimat3.core import new_id
 from ultimat3.jobs import Job, Retry, Settled, job
 from ultimat3.jobs.adapter import EnqueueRequest, ExhaustionReporter
+from ultimat3_testkit.engine_drivers import Engine
 
 VT_MS = 300
 """The visibility timeout of the claims that "die": short, so Postgres waits it out for real."""

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import capture_log_events, swap_adapter, use_connection
 from ultimat3.jobs import job, outbox_relay
@@ -18,6 +17,7 @@ from ultimat3.jobs.memory import (
     MemoryTransaction,
     memory_outbox_store,
 )
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 class N(BaseModel):

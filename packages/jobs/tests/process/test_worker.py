@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import FrozenClock, Signal, XError, capture_log_events, swap_adapter, use_clock
 from ultimat3.jobs import Concurrency, JobWorker, Retry, job, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.memory import MemoryJobDriver, memory_job_driver
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 class N(BaseModel):

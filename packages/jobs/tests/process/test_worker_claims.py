@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.jobs import JobContext, Step, job, job_worker
 from ultimat3.jobs._process.worker import CLAIM_GROWTH
 from ultimat3.jobs.adapter import AckRequest
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 class N(BaseModel):

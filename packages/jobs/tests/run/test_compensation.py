@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine
 
 from ultimat3.core import Signal, XError, register_error_retry
 from ultimat3.jobs import Job, Retry, job
 from ultimat3.jobs._declare.policy import UNWIND_MARGIN
 from ultimat3.jobs.testing import JobHarness
+from ultimat3_testkit.engine_drivers import Engine
 
 Harness = Callable[[Sequence[Job[Any, Any]]], JobHarness]
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import (
     FrozenClock,
@@ -25,6 +24,7 @@ from ultimat3.core import (
 from ultimat3.jobs import Concurrency, ExecutionSettings, Job, Retry, execute_job, job, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER, ClaimedJob, JobDriver
 from ultimat3.jobs.memory import memory_job_driver
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 class Acct(BaseModel):

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from ultimat3_testkit.engine_drivers import Engine, EngineBus, EngineDriver
 
 from ultimat3.core import (
     AbortController,
@@ -22,6 +21,7 @@ from ultimat3.core import (
 from ultimat3.jobs import MemoryEventBus, memory_event_bus, publish_event
 from ultimat3.jobs.adapter import EVENT_BUS, EnqueueRequest
 from ultimat3.jobs.memory import MemoryTransaction, memory_job_driver
+from ultimat3_testkit.engine_drivers import Engine, EngineBus, EngineDriver
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from uuid import UUID, uuid4
 
 import pytest
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import (
     AbortController,
@@ -38,6 +37,7 @@ from ultimat3.jobs import (
 from ultimat3.jobs._run import heartbeat as _heartbeat
 from ultimat3.jobs.adapter import JOB_DRIVER, ClaimedJob, EnqueueRequest
 from ultimat3.jobs.memory import MemoryJobDriver, memory_job_driver
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 @pytest.fixture(autouse=True)

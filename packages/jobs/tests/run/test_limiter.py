@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import XError
 from ultimat3.jobs import (
@@ -23,6 +22,7 @@ from ultimat3.jobs import (
 )
 from ultimat3.jobs.adapter import ClaimedJob, JobDriver
 from ultimat3.jobs.memory import memory_job_driver
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 # --- the window ---------------------------------------------------------------------------------
 

@@ -8,11 +8,11 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from ultimat3_testkit.engine_drivers import ENGINE_DRIVERS, Engine, open_engine
 
 from ultimat3.core import AbortController, FrozenClock, XError, retry_classification, swap_adapter
 from ultimat3.jobs._run.lock import LockGrant, hold_lock, with_lock
 from ultimat3.jobs.adapter import JOB_DRIVER, LeaseStore, memory_job_driver
+from ultimat3_testkit.engine_drivers import ENGINE_DRIVERS, Engine, open_engine
 
 
 @pytest.fixture(params=ENGINE_DRIVERS)

@@ -12,7 +12,6 @@ from uuid import uuid4
 
 import pytest
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import (
     XError,
@@ -25,6 +24,7 @@ from ultimat3.core import (
 from ultimat3.jobs import Concurrency, Job, Retry, Settled, execute_job, job
 from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs.testing import JobHarness
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 class Sync(BaseModel):

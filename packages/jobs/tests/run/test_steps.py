@@ -15,13 +15,13 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine
 
 from ultimat3.core import Signal, XError, from_epoch_ms, to_epoch_ms, use_connection
 from ultimat3.jobs import Retry, job, publish_event
 from ultimat3.jobs.memory import MemoryTransaction
 from ultimat3.jobs.postgres import transaction
 from ultimat3.jobs.testing import JobHarness, JobTrace
+from ultimat3_testkit.engine_drivers import Engine
 
 
 class Key(BaseModel):

@@ -14,13 +14,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 from ultimat3.core import swap_adapter, use_connection
 from ultimat3.jobs import job, outbox_relay
 from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE, ClaimedJob
 from ultimat3.jobs.memory import MemoryTransaction, memory_job_driver, memory_outbox_store
 from ultimat3.jobs.postgres import postgres_outbox_store
+from ultimat3_testkit.engine_drivers import Engine, EngineDriver
 
 
 class Ping(BaseModel):

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
-from ultimat3_testkit.engine_drivers import Engine
 
 from ultimat3.core import XError, adapter, current_clock
 from ultimat3.jobs import Retry, job
 from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.testing import JobHarness, JobTrace, job_harness
+from ultimat3_testkit.engine_drivers import Engine
 
 
 class OnboardOrg(BaseModel):
