@@ -13,6 +13,7 @@ Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ultimat3.jobs._declare.job import Job, job
 from ultimat3.jobs._declare.policy import UNWIND_MARGIN, Concurrency, Retry
@@ -48,8 +49,13 @@ from ultimat3.jobs.adapter import (
 )
 from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
-# name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
-_FACTORIES: dict[str, str] = {}
+if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the function
+    from ultimat3.jobs.factories.backfill import backfill as backfill
+
+# name -> module under ultimat3.jobs.factories (one module each), loaded on first use
+_FACTORIES: dict[str, str] = {
+    "backfill": "backfill",
+}
 
 
 def __getattr__(name: str) -> object:
