@@ -51,10 +51,16 @@ from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
 if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the function
     from ultimat3.jobs.factories.backfill import backfill as backfill
+    from ultimat3.jobs.factories.refresh_view import refresh_view as refresh_view
+    from ultimat3.jobs.factories.rollup import Bucket as Bucket
+    from ultimat3.jobs.factories.rollup import rollup as rollup
 
 # name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
     "backfill": "backfill",
+    "Bucket": "rollup",
+    "refresh_view": "refresh_view",
+    "rollup": "rollup",
 }
 
 
