@@ -51,6 +51,7 @@ from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
 if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the function
     from ultimat3.jobs.factories.backfill import backfill as backfill
+    from ultimat3.jobs.factories.partitions import partitions as partitions
     from ultimat3.jobs.factories.refresh_view import refresh_view as refresh_view
     from ultimat3.jobs.factories.rollup import Bucket as Bucket
     from ultimat3.jobs.factories.rollup import rollup as rollup
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the 
 _FACTORIES: dict[str, str] = {
     "backfill": "backfill",
     "Bucket": "rollup",
+    "partitions": "partitions",
     "refresh_view": "refresh_view",
     "rollup": "rollup",
 }
