@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,7 @@ def _comparable(answer: Any) -> Any:
     return answer
 
 
+@pytest.mark.timeout(600)  # many Postgres round trips on a machine maybe shared
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
