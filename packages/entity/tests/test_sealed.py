@@ -35,6 +35,7 @@ async def _stored(db: Any, pid: str) -> bytes:
         return bytes(row[0])
 
 
+@pytest.mark.timeout(600)  # many Postgres round trips on a machine maybe shared
 @settings(
     max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -41,6 +41,7 @@ def one_by_one(model: dict[tuple[str, int], dict[str, Any]], rows: list[dict[str
         model[(r["k"], r["part"])] = dict(r)
 
 
+@pytest.mark.timeout(600)  # many Postgres round trips on a machine maybe shared
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -472,5 +472,5 @@ class Query:
                 f"{ent.name}.series: value={value!r}",
                 fix="value='count' or value=('sum', 'amount')",
             )
-        filters = self._scoped("series")
+        filters = [*self._scoped("series"), Filter(on, "not_null")]  # a NULL has no bucket
         return await self._t._store.series(ent, filters, on, unit, time_zone, agg)
