@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the 
     from ultimat3.jobs.factories.backfill import backfill as backfill
     from ultimat3.jobs.factories.partitions import partitions as partitions
     from ultimat3.jobs.factories.refresh_view import refresh_view as refresh_view
+    from ultimat3.jobs.factories.reindex import reindex as reindex
     from ultimat3.jobs.factories.rollup import Bucket as Bucket
     from ultimat3.jobs.factories.rollup import rollup as rollup
 
@@ -62,6 +63,7 @@ _FACTORIES: dict[str, str] = {
     "Bucket": "rollup",
     "partitions": "partitions",
     "refresh_view": "refresh_view",
+    "reindex": "reindex",
     "rollup": "rollup",
 }
 
