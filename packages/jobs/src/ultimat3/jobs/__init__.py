@@ -56,6 +56,13 @@ if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the 
     from ultimat3.jobs.factories.reindex import reindex as reindex
     from ultimat3.jobs.factories.rollup import Bucket as Bucket
     from ultimat3.jobs.factories.rollup import rollup as rollup
+    from ultimat3.jobs.factories.subject import Anonymize as Anonymize
+    from ultimat3.jobs.factories.subject import Retain as Retain
+    from ultimat3.jobs.factories.subject import define_subject as define_subject
+    from ultimat3.jobs.factories.subject import personal_data_problems as personal_data_problems
+    from ultimat3.jobs.factories.subject import unerased_personal_data as unerased_personal_data
+    from ultimat3.jobs.factories.subject import unreached_personal_data as unreached_personal_data
+    from ultimat3.jobs.factories.subject_erase import subject_erase as subject_erase
 
 # name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
@@ -65,6 +72,13 @@ _FACTORIES: dict[str, str] = {
     "refresh_view": "refresh_view",
     "reindex": "reindex",
     "rollup": "rollup",
+    "Anonymize": "subject",
+    "Retain": "subject",
+    "define_subject": "subject",
+    "personal_data_problems": "subject",
+    "unerased_personal_data": "subject",
+    "unreached_personal_data": "subject",
+    "subject_erase": "subject_erase",
 }
 
 
