@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the 
     from ultimat3.jobs.factories.subject import unerased_personal_data as unerased_personal_data
     from ultimat3.jobs.factories.subject import unreached_personal_data as unreached_personal_data
     from ultimat3.jobs.factories.subject_erase import subject_erase as subject_erase
+    from ultimat3.jobs.factories.subject_export import subject_export as subject_export
 
 # name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
@@ -79,6 +80,7 @@ _FACTORIES: dict[str, str] = {
     "unerased_personal_data": "subject",
     "unreached_personal_data": "subject",
     "subject_erase": "subject_erase",
+    "subject_export": "subject_export",
 }
 
 
