@@ -13,6 +13,7 @@ Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
 from __future__ import annotations
 
 import importlib
+import typing
 
 from ._compensation import UNWIND_MARGIN
 from ._context import JobContext, JobLog
@@ -40,8 +41,27 @@ from ._steps import Step
 from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, task
 from ._worker import JobWorker, WorkerStats, job_worker
 
+if typing.TYPE_CHECKING:  # the factories, typed for mypy; loaded lazily at run time
+    from .factories.ledger import LedgerBook as LedgerBook
+    from .factories.ledger import LedgerLine as LedgerLine
+    from .factories.ledger import Posting as Posting
+    from .factories.ledger import PostingEntry as PostingEntry
+    from .factories.ledger import assert_balanced_posting as assert_balanced_posting
+    from .factories.ledger import ledger as ledger
+    from .factories.ledger_books import memory_ledger_book as memory_ledger_book
+    from .factories.ledger_books import postgres_ledger_book as postgres_ledger_book
+
 # name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
-_FACTORIES: dict[str, str] = {}
+_FACTORIES: dict[str, str] = {
+    "LedgerBook": "ledger",
+    "LedgerLine": "ledger",
+    "Posting": "ledger",
+    "PostingEntry": "ledger",
+    "assert_balanced_posting": "ledger",
+    "ledger": "ledger",
+    "memory_ledger_book": "ledger_books",
+    "postgres_ledger_book": "ledger_books",
+}
 
 
 def __getattr__(name: str) -> object:
