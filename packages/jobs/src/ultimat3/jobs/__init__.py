@@ -42,6 +42,13 @@ from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, t
 from ._worker import JobWorker, WorkerStats, job_worker
 
 if typing.TYPE_CHECKING:  # the factories, typed for mypy; loaded lazily at run time
+    from .factories.consumer import CONSUMER_LINGER_MS as CONSUMER_LINGER_MS
+    from .factories.consumer import Consumer as Consumer
+    from .factories.consumer import ConsumerBatch as ConsumerBatch
+    from .factories.consumer import ConsumerCursor as ConsumerCursor
+    from .factories.consumer import ConsumerSource as ConsumerSource
+    from .factories.consumer import CursorStore as CursorStore
+    from .factories.consumer import consumer as consumer
     from .factories.ledger import LedgerBook as LedgerBook
     from .factories.ledger import LedgerLine as LedgerLine
     from .factories.ledger import Posting as Posting
@@ -53,6 +60,13 @@ if typing.TYPE_CHECKING:  # the factories, typed for mypy; loaded lazily at run 
 
 # name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
 _FACTORIES: dict[str, str] = {
+    "CONSUMER_LINGER_MS": "consumer",
+    "Consumer": "consumer",
+    "ConsumerBatch": "consumer",
+    "ConsumerCursor": "consumer",
+    "ConsumerSource": "consumer",
+    "CursorStore": "consumer",
+    "consumer": "consumer",
     "LedgerBook": "ledger",
     "LedgerLine": "ledger",
     "Posting": "ledger",
