@@ -15,7 +15,7 @@ import pytest
 from ultimat3.core import XError, swap_adapter
 from ultimat3.jobs import Retry, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER, JobDriver
-from ultimat3.jobs.drivers.memory import memory_job_driver
+from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
 from ultimat3.jobs.factories.consumer import (
     CONSUMER_LINGER_MS,
     Consumer,
@@ -93,8 +93,8 @@ def _consumer(up: Upstream, sink: Sink, **kw: Any) -> Consumer:
     return consumer(**options)
 
 
-async def _until(check: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
+async def _until(check: Callable[[], bool | Awaitable[bool]], within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
     while True:
         answer = check()
         if not isinstance(answer, bool):
@@ -268,7 +268,8 @@ async def test_a_quiet_stream_commits_its_partial_batch_after_the_linger() -> No
             await worker.stop()
     assert sink.batches == [(0, 1), (2,)]
     tick = 0.25  # the worker's default poll interval: generous on a shared machine
-    for yielded, (_, _, saved) in zip((up.yielded_at[1], up.yielded_at[2]), sink.saves, strict=True):
+    last_items = (up.yielded_at[1], up.yielded_at[2])
+    for yielded, (_, _, saved) in zip(last_items, sink.saves, strict=True):
         waited = saved - yielded
         assert CONSUMER_LINGER_MS / 1000 <= waited < CONSUMER_LINGER_MS / 1000 + tick
 
@@ -334,7 +335,7 @@ async def test_the_drained_key_resumes_from_its_cursor() -> None:
     assert sink.applied == [0, 1, 2, 3]
 
 
-async def _state(driver: JobDriver, job_id: str, state: str) -> bool:
+async def _state(driver: MemoryJobDriver, job_id: str, state: str) -> bool:
     return bool((await driver.introspect.show(job_id)).state == state)
 
 
@@ -363,8 +364,12 @@ async def test_handle_and_cursor_save_run_inside_one_transaction_block() -> None
         return cursor.save(key, next)
 
     sync = _consumer(
-        up, sink, handle=handle, cursor=ConsumerCursor(load=cursor.load, save=save),
-        transaction=transaction, batch=2,
+        up,
+        sink,
+        handle=handle,
+        cursor=ConsumerCursor(load=cursor.load, save=save),
+        transaction=transaction,
+        batch=2,
     )
     async with job_harness(jobs=[sync]) as harness:
         await harness(sync, {"key": "acct_1"})
@@ -480,12 +485,15 @@ async def test_a_sync_open_and_sync_handle_work() -> None:
     assert got == [0, 1, 2, 3, 4]
 
 
+_bad_cursor: Any = ConsumerCursor(load=lambda key: 5, save=lambda k, n: None)  # type: ignore[arg-type,return-value]
+
+
 @pytest.mark.parametrize(
     ("kw", "what"),
     [
         ({"handle": lambda batch: 7}, "handle answered 7"),
         ({"open": lambda source: 42}, "open() answered a int"),
-        ({"cursor": ConsumerCursor(load=lambda key: 5, save=lambda k, n: None)}, "cursor.load"),
+        ({"cursor": _bad_cursor}, "cursor.load"),
     ],
 )
 async def test_a_callback_answering_the_wrong_thing_fails_the_run_naming_it(
