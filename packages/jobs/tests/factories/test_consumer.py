@@ -573,3 +573,24 @@ def test_the_factory_names_are_reachable_lazily_from_ultimat3_jobs() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["ultimat3.jobs.factories.consumer", "50"]
+
+
+def test_x_jobs_show_carries_the_consumer_note_in_the_runs_progress(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ultimat3.jobs.cli import main
+
+    up, sink = Upstream(4), Sink()
+    sync = _consumer(up, sink, lag=lambda source: 10 - int(source.cursor or 0))
+    harness = job_harness(jobs=[sync])
+
+    async def go() -> str:
+        async with harness:
+            return (await harness(sync, {"key": "acct_1"})).id
+
+    job_id = asyncio.run(go())
+    assert main(["jobs", "show", job_id, "--json"], driver=harness.driver) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["progress"]["done"], shown["progress"]["total"]) == (4, 10)
+    note = json.loads(shown["progress"]["note"])["consumer"]
+    assert (note["key"], note["lag"]) == ("acct_1", 6)
