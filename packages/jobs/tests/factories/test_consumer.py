@@ -594,3 +594,19 @@ def test_x_jobs_show_carries_the_consumer_note_in_the_runs_progress(
     assert (shown["progress"]["done"], shown["progress"]["total"]) == (4, 10)
     note = json.loads(shown["progress"]["note"])["consumer"]
     assert (note["key"], note["lag"]) == ("acct_1", 6)
+
+
+async def test_arm_and_each_batch_log_their_named_events() -> None:
+    from ultimat3.core import capture_log_events
+
+    up, sink = Upstream(4), Sink()
+    sync = _consumer(up, sink, lag=lambda source: "many")
+    with capture_log_events() as events:
+        async with job_harness(jobs=[sync, sync.arm]) as harness:
+            await harness(sync.arm, {})
+    by_name = [(e["event"], e["level"]) for e in events if e["event"].startswith("jobs.consumer")]
+    assert ("jobs.consumer.armed", "info") in by_name
+    assert by_name.count(("jobs.consumer.batch", "debug")) == 2
+    assert ("jobs.consumer.lag-invalid", "warning") in by_name
+    [armed] = [e for e in events if e["event"] == "jobs.consumer.armed"]
+    assert (armed["keys"], armed["started"]) == (1, 1)
