@@ -610,3 +610,10 @@ async def test_arm_and_each_batch_log_their_named_events() -> None:
     assert ("jobs.consumer.lag-invalid", "warning") in by_name
     [armed] = [e for e in events if e["event"] == "jobs.consumer.armed"]
     assert (armed["keys"], armed["started"]) == (1, 1)
+
+
+def test_retry_and_queue_pass_to_the_job_and_the_arm_shares_the_queue() -> None:
+    sync = _consumer(Upstream(), Sink(), retry=Retry(attempts=7), queue="feeds")
+    assert (sync.queue, sync.arm.queue, sync.retry.attempts) == ("feeds", "feeds", 7)
+    default = _consumer(Upstream(), Sink(), queue=None)
+    assert (default.queue, default.arm.queue) == ("default", "default")

@@ -371,3 +371,18 @@ def test_the_factory_names_are_reachable_lazily_from_ultimat3_jobs() -> None:
         "ultimat3.jobs.factories.ledger",
         "ultimat3.jobs.factories.ledger_books",
     ]
+
+
+def test_retry_queue_and_timeout_pass_to_the_job() -> None:
+    post = ledger(
+        name="p", tenant="none", book=memory_ledger_book, retry=_retry(4), queue="money",
+        timeout="2m",
+    )  # fmt: skip
+    assert (post.queue, post.retry.attempts, post.timeout_ms) == ("money", 4, 120_000)
+    assert ledger(name="p", tenant="none", book=memory_ledger_book).queue == "default"
+
+
+def _retry(attempts: int) -> Any:
+    from ultimat3.jobs import Retry
+
+    return Retry(attempts=attempts)

@@ -355,7 +355,7 @@ def consumer(
     lag: LagFn | None = None,
     transaction: TransactionFn | None = None,
     retry: Retry | None = None,
-    queue: str = "default",
+    queue: str | None = None,
     timeout: Any = _UNSET,
 ) -> Consumer:
     """Declare a consumer: a job per key (input ``{"key": str}``) reading ``open(source)`` in
@@ -437,7 +437,7 @@ def consumer(
         input=ConsumerInput,
         idempotency_key=lambda i: f"consumer:{name}:{i.key}",
         tenant=tenant,
-        queue=queue,
+        queue="default" if queue is None else queue,
         retry=retry,
         concurrency=Concurrency(key=lambda i: i.key, limit=1, when_busy="wait"),
         run=run,
@@ -473,7 +473,7 @@ def consumer(
         input=ArmInput,
         idempotency_key=lambda _: f"consumer-arm:{name}",
         tenant="none",
-        queue=queue,
+        queue="default" if queue is None else queue,
         run=arm_keys,
     )
     made.supervisor = task(name=f"{name}.supervisor", cron=_cron_of(minutes), enqueue=made.arm)

@@ -168,7 +168,7 @@ def ledger(
     tenant: TenantOf,
     book: Callable[[], LedgerBook | Awaitable[LedgerBook]],
     retry: Retry | None = None,
-    queue: str = "default",
+    queue: str | None = None,
     timeout: Any = None,
 ) -> Job[Posting, dict[str, Any]]:
     """Declare a posting job: input ``Posting``, idempotency key ``<name>:<key>``. The run
@@ -214,7 +214,7 @@ def ledger(
         input=Posting,
         idempotency_key=lambda p: f"{name}:{p.key}",
         tenant=tenant,
-        queue=queue,
+        queue="default" if queue is None else queue,
         retry=retry,
         timeout=timeout,
         run=run,
