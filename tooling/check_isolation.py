@@ -84,6 +84,23 @@ def importable(py: Path, module: str) -> bool:
     return subprocess.run([str(py), "-c", code]).returncode == 0
 
 
+def _demo_code(dist: str, zf: zipfile.ZipFile) -> list[str]:
+    """The demo (apps/demo) ships in no library wheel: no module of that name, no schema drop."""
+    found: list[str] = []
+    for name in zf.namelist():
+        if not name.endswith(".py"):
+            continue
+        if "demo" in name.rsplit("/", 1)[-1]:
+            found.append(f"ultimat3-{dist}: ships demo code ({name})")
+        if b"DROP SCHEMA" in zf.read(name).upper():
+            found.append(f"ultimat3-{dist}: {name} can drop a schema (demo code?)")
+    if dist == "jobs":
+        sql = [n for n in zf.namelist() if "/postgres/sql/queries/" in n and n.endswith(".sql")]
+        if len(sql) < 5:
+            found.append(f"ultimat3-jobs: the wheel lacks the statement files ({sql})")
+    return found
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="x-isolation-") as t:
         tmp = Path(t)
@@ -107,6 +124,7 @@ def main() -> int:
                     failures.append(f"ultimat3-{dist}: ships ultimat3/__init__.py (breaks PEP 420)")
                 if not any(n.endswith("py.typed") for n in zf.namelist()):
                     failures.append(f"ultimat3-{dist}: no py.typed")
+                failures += _demo_code(dist, zf)
 
         core = venv_with(tmp, "core", wheels, "ultimat3-core")
         run(core, "-c", "import ultimat3.core")
@@ -145,6 +163,10 @@ def main() -> int:
             if importable(jobs, other):
                 failures.append(f"ultimat3-jobs alone makes {other} importable")
         print("jobs alone: ultimat3.jobs imports; http, storage, entity, jobs_redis do not")
+        listed = run(jobs, "-m", "ultimat3.jobs.cli", "--help")
+        if "demo" in listed:
+            failures.append("ultimat3-jobs alone offers `x demo` (the demo is apps/demo's)")
+        print("jobs alone: no demo code in the wheel, no `x demo`")
 
         prom = venv_with(tmp, "jobs-prometheus", wheels, "ultimat3-jobs[prometheus]")
         run(prom, "-c", "from ultimat3.jobs.cli._metrics import require_extra; require_extra()")

@@ -15,31 +15,39 @@ from __future__ import annotations
 import importlib
 import typing
 
-from ._compensation import UNWIND_MARGIN
-from ._context import JobContext, JobLog
-from ._cursor import job_cursor
-from ._declare import Job, job
-from ._events import MemoryEventBus, memory_event_bus, publish_event
-from ._execute import execute_job
-from ._limiter import ConcurrencyLimiter, concurrency_limiter
-from ._lock import LockGrant, hold_lock, with_lock
-from ._model import (
+from ultimat3.jobs._declare.job import Job, job
+from ultimat3.jobs._declare.policy import UNWIND_MARGIN, Concurrency, Retry
+from ultimat3.jobs._declare.task import (
+    MAX_CATCH_UP,
+    CatchUp,
+    Task,
+    TaskOccurrence,
+    next_task_run,
+    task,
+)
+from ultimat3.jobs._process.relay import outbox_relay
+from ultimat3.jobs._process.scheduler import SchedulerStats, TaskScheduler, task_scheduler
+from ultimat3.jobs._process.settings import WorkerSettings
+from ultimat3.jobs._process.worker import JobWorker, WorkerStats, job_worker
+from ultimat3.jobs._run.context import JobContext, JobLog
+from ultimat3.jobs._run.events import publish_event
+from ultimat3.jobs._run.execute import execute_job
+from ultimat3.jobs._run.limiter import ConcurrencyLimiter, concurrency_limiter
+from ultimat3.jobs._run.lock import LockGrant, hold_lock, with_lock
+from ultimat3.jobs._run.observe import RunEvent, RunObserver
+from ultimat3.jobs._run.on_settled import Settled, SettledOutcome
+from ultimat3.jobs._run.outcome import ExecutionSettings, RunOutcome
+from ultimat3.jobs._run.steps import Step
+from ultimat3.jobs.adapter import (
     ENQUEUE_CHUNK,
     MAX_BULK_ROWS,
     MAX_ENQUEUE_BATCH,
     MAX_JOB_PAGE,
     MAX_TASK_FIRES,
     EnqueueResult,
+    job_cursor,
 )
-from ._observe import RunEvent, RunObserver
-from ._on_settled import Settled, SettledOutcome
-from ._outcome import ExecutionSettings, RunOutcome
-from ._policy import Concurrency, Retry
-from ._relay import outbox_relay
-from ._scheduler import SchedulerStats, TaskScheduler, task_scheduler
-from ._steps import Step
-from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, task
-from ._worker import JobWorker, WorkerStats, job_worker
+from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
 if typing.TYPE_CHECKING:  # the factories, typed for mypy; loaded lazily at run time
     from .factories.consumer import CONSUMER_LINGER_MS as CONSUMER_LINGER_MS
@@ -118,6 +126,7 @@ __all__ = [
     "Task",
     "TaskOccurrence",
     "TaskScheduler",
+    "WorkerSettings",
     "WorkerStats",
     "concurrency_limiter",
     "execute_job",
