@@ -9,19 +9,17 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
-from _consumer_app import FEED_DDL, KEY, make_consumer, tables
-from _faults import until
 from psycopg import sql
 
 from ultimat3.core import swap_adapter
 from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.postgres import postgres_job_driver
+from ultimat3_testkit.consumer_app import FEED_DDL, KEY, make_consumer, tables
+from ultimat3_testkit.faults import until
 
-HERE = Path(__file__).resolve().parent
 ITEMS = 150
 
 
@@ -79,16 +77,8 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _start(url: str, schema: str, started: list[subprocess.Popen[bytes]]) -> int:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
-        ),
-    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "_consumer_app", "--dsn", url, "--schema", schema],
-        cwd=HERE,
-        env=env,
+        [sys.executable, "-m", "ultimat3_testkit.consumer_app", "--dsn", url, "--schema", schema],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -15,7 +15,6 @@ import pytest
 from ultimat3.core import XError, swap_adapter
 from ultimat3.jobs import Retry, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER, JobDriver
-from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
 from ultimat3.jobs.factories.consumer import (
     CONSUMER_LINGER_MS,
     Consumer,
@@ -24,6 +23,7 @@ from ultimat3.jobs.factories.consumer import (
     ConsumerSource,
     consumer,
 )
+from ultimat3.jobs.memory import MemoryJobDriver, memory_job_driver
 from ultimat3.jobs.testing import job_harness
 
 

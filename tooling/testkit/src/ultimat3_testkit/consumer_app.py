@@ -1,6 +1,6 @@
 """A worker process running one consumer() over Postgres tables, for the SIGKILL test.
 
-``python -m _consumer_app --dsn ... --schema ...`` (this folder on ``PYTHONPATH``) runs
+``python -m ultimat3_testkit.consumer_app --dsn ... --schema ...`` runs
 ``job_worker`` over the consumer ``orders-feed`` and its ``.arm`` on a Postgres driver. The
 upstream is the table ``feed_upstream`` (read from the cursor on, in id order, until it ends);
 ``handle`` logs each delivery in ``feed_deliveries`` (committed on its own, whatever becomes of the
