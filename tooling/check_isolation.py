@@ -18,6 +18,32 @@ ROOT = Path(__file__).resolve().parent.parent
 DISTS = ["core", "jobs", "jobs-redis", "http", "storage", "entity"]
 
 
+FACTORIES_PROBE = """
+import asyncio
+from ultimat3.core import Money
+from ultimat3.jobs import ConsumerCursor, consumer, ledger, memory_ledger_book, postgres_ledger_book
+from ultimat3.jobs.testing import job_harness
+
+book = memory_ledger_book()
+post = ledger(name="iso.post", tenant="none", book=lambda: book)
+saved = {}
+feed = consumer(name="iso.feed", tenant="none", keys=lambda: ["k"], open=lambda s: range(3),
+                handle=lambda b: str(b.items[-1]), cursor=ConsumerCursor(load=saved.get,
+                save=saved.__setitem__))
+assert "CREATE TABLE IF NOT EXISTS" in postgres_ledger_book("postgresql://127.0.0.1/x").ddl()
+
+async def main():
+    async with job_harness(jobs=[post, feed]) as h:
+        lines = [{"account": "a", "amount": Money(5, "EUR")},
+                 {"account": "b", "amount": Money(-5, "EUR")}]
+        assert (await h(post, {"key": "p", "entries": lines})).state == "done"
+        assert (await h(feed, {"key": "k"})).state == "done"
+    assert saved == {"k": "2"} and len(book.lines["p"]) == 2
+
+asyncio.run(main())
+"""
+
+
 def run(*cmd: str | Path, cwd: Path | None = None) -> str:
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -111,6 +137,9 @@ def main() -> int:
         run(jobs, "-c", "import ultimat3.jobs, ultimat3.core")
         # the harness ships in the product and needs no test tools; the suite asks for them lazily
         run(jobs, "-c", "from ultimat3.jobs.testing import job_harness")
+        # consumer() and ledger() need nothing but ultimat3-jobs (issue 20); the book's DDL ships
+        run(jobs, "-c", FACTORIES_PROBE)
+        print("jobs alone: consumer() and ledger() run; the ledger book's DDL is in the wheel")
         for tool in (
             "pytest",
             "hypothesis",

@@ -49,12 +49,43 @@ from ultimat3.jobs.adapter import (
 )
 from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
-if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the function
+if TYPE_CHECKING:  # the factories, typed for mypy (`from ultimat3.jobs import backfill` is the
+    # function, not `object`); loaded lazily at run time through _FACTORIES
     from ultimat3.jobs.factories.backfill import backfill as backfill
+    from ultimat3.jobs.factories.consumer import CONSUMER_LINGER_MS as CONSUMER_LINGER_MS
+    from ultimat3.jobs.factories.consumer import Consumer as Consumer
+    from ultimat3.jobs.factories.consumer import ConsumerBatch as ConsumerBatch
+    from ultimat3.jobs.factories.consumer import ConsumerCursor as ConsumerCursor
+    from ultimat3.jobs.factories.consumer import ConsumerSource as ConsumerSource
+    from ultimat3.jobs.factories.consumer import CursorStore as CursorStore
+    from ultimat3.jobs.factories.consumer import consumer as consumer
+    from ultimat3.jobs.factories.ledger import LedgerBook as LedgerBook
+    from ultimat3.jobs.factories.ledger import LedgerLine as LedgerLine
+    from ultimat3.jobs.factories.ledger import Posting as Posting
+    from ultimat3.jobs.factories.ledger import PostingEntry as PostingEntry
+    from ultimat3.jobs.factories.ledger import assert_balanced_posting as assert_balanced_posting
+    from ultimat3.jobs.factories.ledger import ledger as ledger
+    from ultimat3.jobs.factories.ledger_books import memory_ledger_book as memory_ledger_book
+    from ultimat3.jobs.factories.ledger_books import postgres_ledger_book as postgres_ledger_book
 
 # name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
     "backfill": "backfill",
+    "CONSUMER_LINGER_MS": "consumer",
+    "Consumer": "consumer",
+    "ConsumerBatch": "consumer",
+    "ConsumerCursor": "consumer",
+    "ConsumerSource": "consumer",
+    "CursorStore": "consumer",
+    "consumer": "consumer",
+    "LedgerBook": "ledger",
+    "LedgerLine": "ledger",
+    "Posting": "ledger",
+    "PostingEntry": "ledger",
+    "assert_balanced_posting": "ledger",
+    "ledger": "ledger",
+    "memory_ledger_book": "ledger_books",
+    "postgres_ledger_book": "ledger_books",
 }
 
 
