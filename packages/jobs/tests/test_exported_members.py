@@ -24,7 +24,11 @@ def _public(module: object) -> set[str]:
 
 
 def test_all_is_exactly_the_public_names_of_ultimat3_jobs() -> None:
-    assert set(ultimat3.jobs.__all__) == _public(ultimat3.jobs)
+    # a factory reached once (``from ultimat3.jobs import backfill``) is cached in the module:
+    # the lazy names are the factory map's, not __all__'s
+    lazy = set(ultimat3.jobs._FACTORIES)
+    assert set(ultimat3.jobs.__all__) == _public(ultimat3.jobs) - lazy
+    assert not lazy & set(ultimat3.jobs.__all__)
     assert len(ultimat3.jobs.__all__) == len(set(ultimat3.jobs.__all__))
 
 
