@@ -241,8 +241,9 @@ class _Run(Generic[T]):
             aborted.cancel()
             if pending is not None and not pending.done():
                 pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
+                await asyncio.wait({pending})  # a cancel of this run itself still propagates
+                if not pending.cancelled():
+                    pending.exception()  # retrieved: the stream ended as it was stopped
             closer = getattr(iterator, "aclose", None)
             if closer is not None:
                 with contextlib.suppress(Exception):
