@@ -13,7 +13,7 @@ Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
 from __future__ import annotations
 
 import importlib
-import typing
+from typing import TYPE_CHECKING
 
 from ultimat3.jobs._declare.job import Job, job
 from ultimat3.jobs._declare.policy import UNWIND_MARGIN, Concurrency, Retry
@@ -49,25 +49,28 @@ from ultimat3.jobs.adapter import (
 )
 from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
-if typing.TYPE_CHECKING:  # the factories, typed for mypy; loaded lazily at run time
-    from .factories.consumer import CONSUMER_LINGER_MS as CONSUMER_LINGER_MS
-    from .factories.consumer import Consumer as Consumer
-    from .factories.consumer import ConsumerBatch as ConsumerBatch
-    from .factories.consumer import ConsumerCursor as ConsumerCursor
-    from .factories.consumer import ConsumerSource as ConsumerSource
-    from .factories.consumer import CursorStore as CursorStore
-    from .factories.consumer import consumer as consumer
-    from .factories.ledger import LedgerBook as LedgerBook
-    from .factories.ledger import LedgerLine as LedgerLine
-    from .factories.ledger import Posting as Posting
-    from .factories.ledger import PostingEntry as PostingEntry
-    from .factories.ledger import assert_balanced_posting as assert_balanced_posting
-    from .factories.ledger import ledger as ledger
-    from .factories.ledger_books import memory_ledger_book as memory_ledger_book
-    from .factories.ledger_books import postgres_ledger_book as postgres_ledger_book
+if TYPE_CHECKING:  # the factories, typed for mypy (`from ultimat3.jobs import backfill` is the
+    # function, not `object`); loaded lazily at run time through _FACTORIES
+    from ultimat3.jobs.factories.backfill import backfill as backfill
+    from ultimat3.jobs.factories.consumer import CONSUMER_LINGER_MS as CONSUMER_LINGER_MS
+    from ultimat3.jobs.factories.consumer import Consumer as Consumer
+    from ultimat3.jobs.factories.consumer import ConsumerBatch as ConsumerBatch
+    from ultimat3.jobs.factories.consumer import ConsumerCursor as ConsumerCursor
+    from ultimat3.jobs.factories.consumer import ConsumerSource as ConsumerSource
+    from ultimat3.jobs.factories.consumer import CursorStore as CursorStore
+    from ultimat3.jobs.factories.consumer import consumer as consumer
+    from ultimat3.jobs.factories.ledger import LedgerBook as LedgerBook
+    from ultimat3.jobs.factories.ledger import LedgerLine as LedgerLine
+    from ultimat3.jobs.factories.ledger import Posting as Posting
+    from ultimat3.jobs.factories.ledger import PostingEntry as PostingEntry
+    from ultimat3.jobs.factories.ledger import assert_balanced_posting as assert_balanced_posting
+    from ultimat3.jobs.factories.ledger import ledger as ledger
+    from ultimat3.jobs.factories.ledger_books import memory_ledger_book as memory_ledger_book
+    from ultimat3.jobs.factories.ledger_books import postgres_ledger_book as postgres_ledger_book
 
-# name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
+# name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
+    "backfill": "backfill",
     "CONSUMER_LINGER_MS": "consumer",
     "Consumer": "consumer",
     "ConsumerBatch": "consumer",
