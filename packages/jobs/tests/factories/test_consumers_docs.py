@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 CONSUMERS_MD = Path(__file__).resolve().parents[4] / "docs" / "consumers.md"
-SOURCE = Path(__file__).resolve().parents[2] / "src/ultimat3/jobs/factories/consumer.py"
+FACTORIES = Path(__file__).resolve().parents[2] / "src/ultimat3/jobs/factories"
 
 
 def test_every_python_example_in_consumers_md_runs() -> None:
@@ -39,7 +39,8 @@ def test_consumers_md_shows_the_cursor_ddl_names_its_choices_and_every_log_event
     text = CONSUMERS_MD.read_text(encoding="utf-8")
     assert "## Choices where the spec is silent" in text
     assert "CREATE TABLE consumer_cursors" in text
-    events = set(re.findall(r'"(jobs\.consumer\.[a-z-]+)"', SOURCE.read_text(encoding="utf-8")))
+    source = "".join(p.read_text(encoding="utf-8") for p in FACTORIES.glob("consumer*.py"))
+    events = set(re.findall(r'"(jobs\.consumer\.[a-z-]+)"', source))
     assert events
     for event in events:
         assert f"`{event}`" in text, event

@@ -21,27 +21,13 @@ item; ``lag`` reported as progress. Delivery is at least once.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import inspect
-import json
-from collections.abc import (
-    AsyncIterable,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Iterable,
-    Sequence,
-)
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ultimat3.core import Duration, Signal, XError, current_clock, parse_duration
+from ultimat3.core import Duration, XError, parse_duration
 from ultimat3.jobs import (
     Concurrency,
     EnqueueResult,
@@ -54,72 +40,34 @@ from ultimat3.jobs import (
     task,
 )
 
-T = TypeVar("T")
+from .consumer_run import (
+    CONSUMER_LINGER_MS,
+    ConsumerBatch,
+    ConsumerCursor,
+    ConsumerInput,
+    ConsumerRun,
+    ConsumerSource,
+    CursorStore,
+    HandleFn,
+    KeysFn,
+    LagFn,
+    OpenFn,
+    RunSpec,
+    TenantOf,
+    TransactionFn,
+    call_back,
+)
 
-CONSUMER_LINGER_MS: Final = 50
-"""A partly filled batch commits after this many milliseconds without a next item."""
+T = TypeVar("T")
 
 _INSIDE: ContextVar[frozenset[str]] = ContextVar("ultimat3_consumer_inside", default=frozenset())
 """The consumers whose run (``open``, ``handle``, the cursor) is on this context's stack."""
-
-
-class ConsumerInput(BaseModel):
-    """A consumer run's input: the key it reads."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    key: str
 
 
 class ArmInput(BaseModel):
     """The ``.arm`` job's input: nothing (the supervisor enqueues ``{}``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerSource:
-    """What ``open`` and ``lag`` receive: the key, the committed cursor, the run's signal."""
-
-    key: str
-    cursor: str | None
-    signal: Signal
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerBatch(Generic[T]):
-    """What ``handle`` receives: the key, the items, the cursor before them, the signal."""
-
-    key: str
-    items: tuple[T, ...]
-    cursor: str | None
-    signal: Signal
-
-
-@runtime_checkable
-class CursorStore(Protocol):
-    """Where a consumer keeps its cursor: one string per key (``None``: start from scratch)."""
-
-    def load(self, key: str) -> Awaitable[str | None] | str | None: ...
-
-    def save(self, key: str, next: str) -> Awaitable[None] | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerCursor:
-    """A ``CursorStore`` from two functions (sync or async)."""
-
-    load: Callable[[str], Awaitable[str | None] | str | None]
-    save: Callable[[str, str], Awaitable[None] | None]
-
-
-Opened = AsyncIterable[T] | Iterable[T]
-OpenFn = Callable[[ConsumerSource], Opened[T] | Awaitable[Opened[T]]]
-HandleFn = Callable[[ConsumerBatch[T]], Awaitable[str] | str]
-KeysFn = Callable[[], Awaitable[Sequence[str]] | Sequence[str]]
-LagFn = Callable[[ConsumerSource], Awaitable[int] | int]
-TransactionFn = Callable[[], AbstractAsyncContextManager[Any]]
-TenantOf = Callable[[ConsumerInput], str] | Literal["none"]
 
 
 class Consumer(Job[ConsumerInput, dict[str, Any]]):
@@ -154,171 +102,6 @@ class Consumer(Job[ConsumerInput, dict[str, Any]]):
     async def enqueue_as(self, actor: Any, input: Any, **options: Any) -> EnqueueResult:
         self._refuse_self()
         return await super().enqueue_as(actor, input, **options)
-
-
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    answer = fn(*args)
-    if inspect.isawaitable(answer):
-        answer = await answer
-    return answer
-
-
-async def _sync_items(items: Iterable[T]) -> AsyncIterator[T]:
-    for item in items:
-        yield item
-        await asyncio.sleep(0)
-
-
-class _Run(Generic[T]):
-    """One run of one key: read, batch, commit, until the stream ends or the signal aborts."""
-
-    def __init__(self, spec: _Spec[T], key: str, ctx: JobContext) -> None:
-        self.spec = spec
-        self.key = key
-        self.ctx = ctx
-        self.signal = ctx.signal
-        self.committed: str | None = None
-        self.done = 0
-        self.batches = 0
-        self.buffer: list[T] = []
-
-    async def go(self) -> dict[str, Any]:
-        spec = self.spec
-        loaded = await _call(spec.cursor.load, self.key)
-        if loaded is not None and not isinstance(loaded, str):
-            raise XError(
-                "X_INVARIANT",
-                f"consumer {spec.name!r}: cursor.load({self.key!r}) answered {loaded!r}, not a "
-                "str or None",
-                fix="store the cursor handle answered as text; answer None for a new key",
-                meta={"job": spec.name, "key": self.key},
-            )
-        self.committed = loaded
-        opened = await _call(spec.open, ConsumerSource(self.key, loaded, self.signal))
-        if isinstance(opened, AsyncIterable):
-            iterator: AsyncIterator[T] = aiter(opened)
-        elif isinstance(opened, Iterable) and not isinstance(opened, str | bytes):
-            iterator = _sync_items(opened)
-        else:
-            raise XError(
-                "X_INVARIANT",
-                f"consumer {spec.name!r}: open() answered a {type(opened).__name__}, not an "
-                "AsyncIterable of items",
-                fix="open=lambda source: vendor.stream(source.key, source.cursor, source.signal)",
-                meta={"job": spec.name, "key": self.key},
-            )
-        aborted = asyncio.ensure_future(self.signal.wait())
-        pending: asyncio.Future[T] | None = None
-        try:
-            while True:
-                if self._stopped():
-                    break
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(iterator))
-                linger = spec.linger_ms / 1000 if self.buffer else None
-                racing: set[asyncio.Future[Any]] = {pending, aborted}
-                await asyncio.wait(racing, timeout=linger, return_when="FIRST_COMPLETED")
-                if self._stopped():
-                    break  # the items read and not committed are delivered again
-                if not pending.done():  # the linger passed without a next item
-                    await self._commit()
-                    continue
-                try:
-                    item = pending.result()
-                except StopAsyncIteration:
-                    pending = None
-                    if self.buffer:
-                        await self._commit()
-                    return self._result("ended")
-                pending = None
-                self.buffer.append(item)
-                if len(self.buffer) >= spec.batch:
-                    await self._commit()
-            reason = self.signal.reason
-            assert reason is not None
-            raise reason
-        finally:
-            aborted.cancel()
-            if pending is not None and not pending.done():
-                pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
-            closer = getattr(iterator, "aclose", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
-
-    def _stopped(self) -> bool:
-        return self.signal.aborted
-
-    async def _commit(self) -> None:
-        spec = self.spec
-        items = tuple(self.buffer)
-        batch = ConsumerBatch(self.key, items, self.committed, self.signal)
-        if spec.transaction is not None:
-            async with spec.transaction():
-                after = await self._handle(batch)
-                await _call(spec.cursor.save, self.key, after)
-        else:
-            after = await self._handle(batch)
-            await _call(spec.cursor.save, self.key, after)
-        self.buffer = []
-        self.committed = after
-        self.done += len(items)
-        self.batches += 1
-        await self._report(current_clock().now())
-
-    async def _handle(self, batch: ConsumerBatch[T]) -> str:
-        after = await _call(self.spec.handle, batch)
-        if not isinstance(after, str):
-            raise XError(
-                "X_INVARIANT",
-                f"consumer {self.spec.name!r}: handle answered {after!r} for key {self.key!r}; "
-                "it must answer the cursor past its batch, a str",
-                fix="return items[-1].cursor (the position after the last item handled)",
-                meta={"job": self.spec.name, "key": self.key},
-            )
-        return after
-
-    async def _report(self, at: datetime) -> None:
-        behind: int | None = None
-        if self.spec.lag is not None:
-            answer = await _call(
-                self.spec.lag, ConsumerSource(self.key, self.committed, self.signal)
-            )
-            if isinstance(answer, int) and not isinstance(answer, bool) and answer >= 0:
-                behind = answer
-            else:
-                self.ctx.log.warning("jobs.consumer.lag-invalid", key=self.key, lag=repr(answer))
-        note = json.dumps(
-            {"consumer": {"key": self.key, "last_batch_at": at.isoformat(), "lag": behind}}
-        )
-        self.ctx.progress(self.done, self.done + (behind or 0), note)
-        self.ctx.log.debug(
-            "jobs.consumer.batch", key=self.key, items=self.done, batches=self.batches, lag=behind
-        )
-
-    def _result(self, how: str) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "items": self.done,
-            "batches": self.batches,
-            "cursor": self.committed,
-            "ended": how,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class _Spec(Generic[T]):
-    name: str
-    keys: KeysFn
-    open: OpenFn[T]
-    handle: HandleFn[T]
-    cursor: CursorStore | ConsumerCursor
-    batch: int
-    lag: LagFn | None
-    transaction: TransactionFn | None
-    linger_ms: int
 
 
 def _rearm_minutes(rearm: object) -> int | None:
@@ -413,7 +196,7 @@ def consumer(
             meta={"job": name, "causes": [c for c, _ in causes]},
         )
     assert minutes is not None
-    spec = _Spec(
+    spec = RunSpec(
         name=name,
         keys=keys,
         open=open,
@@ -428,7 +211,7 @@ def consumer(
     async def run(input: ConsumerInput, step: Step, ctx: JobContext) -> dict[str, Any]:
         token = _INSIDE.set(_INSIDE.get() | {name})
         try:
-            return await _Run(spec, input.key, ctx).go()
+            return await ConsumerRun(spec, input.key, ctx).go()
         finally:
             _INSIDE.reset(token)
 
@@ -446,7 +229,7 @@ def consumer(
     made.__class__ = Consumer  # the same job, with the self-enqueue guard and .arm/.supervisor
 
     async def arm_keys(_: ArmInput, step: Step, ctx: JobContext) -> dict[str, Any]:
-        answered = await _call(keys)
+        answered = await call_back(keys)
         if isinstance(answered, str) or not isinstance(answered, Iterable):
             raise XError(
                 "X_INVARIANT",
