@@ -594,6 +594,11 @@ def test_x_jobs_show_carries_the_consumer_note_in_the_runs_progress(
     assert (shown["progress"]["done"], shown["progress"]["total"]) == (4, 10)
     note = json.loads(shown["progress"]["note"])["consumer"]
     assert (note["key"], note["lag"]) == ("acct_1", 6)
+    # x jobs show lifts it to the top: consumer: {key, last_batch_at, lag}
+    assert shown["consumer"] == note
+    assert set(shown["consumer"]) == {"key", "last_batch_at", "lag"}
+    assert main(["jobs", "show", job_id], driver=harness.driver) == 0
+    assert "consumer: key acct_1" in capsys.readouterr().out
 
 
 async def test_arm_and_each_batch_log_their_named_events() -> None:

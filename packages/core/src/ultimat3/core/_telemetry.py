@@ -37,6 +37,10 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.progress.failed": "warning",
         "jobs.run.crashed": "error",
         "jobs.sample.failed": "warning",
+        # consumer(): a re-arm pass, a committed batch, a lag callback that answered no count
+        "jobs.consumer.armed": "info",
+        "jobs.consumer.batch": "debug",
+        "jobs.consumer.lag-invalid": "warning",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""
