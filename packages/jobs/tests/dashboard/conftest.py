@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from typing import Any
 
 import httpx
@@ -55,7 +56,9 @@ async def put(driver: JobDriver, **kw: Any) -> str:
 
 
 async def claim(driver: JobDriver, queue: str, worker: str = "w-seed") -> tuple[str, str]:
-    got = await driver.claim(queues=[queue], limit=1, worker_id=worker, visibility_timeout_ms=60_000)
+    got = await driver.claim(
+        queues=[queue], limit=1, worker_id=worker, visibility_timeout_ms=60_000
+    )
     assert len(got) == 1, f"nothing to claim on {queue}"
     return got[0].id, got[0].claim
 
@@ -69,21 +72,50 @@ async def seed_states(driver: JobDriver, prefix: str = "") -> Seeded:
     # settled ones first, each claimed alone from its own queue
     s.ids["done"] = await put(driver, name="dash.report", queue=q["slow"])
     jid, c = await claim(driver, q["slow"])
-    await driver.steps.record(jid, "load", state="completed", worker_id="w-seed", claim=c, output={"rows": 3})
+    await driver.steps.record(
+        jid, "load", state="completed", worker_id="w-seed", claim=c, output={"rows": 3}
+    )
     await driver.ack(jid, worker_id="w-seed", claim=c, result={"rows": 3}, duration_ms=12)
-    for key, code in (("dead", "X_CHARGE_DECLINED"), ("dead2", "X_CHARGE_DECLINED"), ("dead3", None)):
-        s.ids[key] = await put(driver, name="dash.charge", queue=q["slow"], payload={"card_token": "tok_live_123", "amount": 5})
+    for key, code in (
+        ("dead", "X_CHARGE_DECLINED"),
+        ("dead2", "X_CHARGE_DECLINED"),
+        ("dead3", None),
+    ):
+        s.ids[key] = await put(
+            driver,
+            name="dash.charge",
+            queue=q["slow"],
+            payload={"card_token": "tok_live_123", "amount": 5},
+        )
         jid, c = await claim(driver, q["slow"])
-        await driver.steps.record(jid, "load", state="completed", worker_id="w-seed", claim=c, output={"cart": 1})
-        err = {"code": code, "message": "card declined by the vendor", "fix": "ask for another card", "meta": {"step": "charge"}, "status": None}
-        await driver.steps.record(jid, "charge", state="failed", worker_id="w-seed", claim=c, error=err)
+        await driver.steps.record(
+            jid, "load", state="completed", worker_id="w-seed", claim=c, output={"cart": 1}
+        )
+        err = {
+            "code": code,
+            "message": "card declined by the vendor",
+            "fix": "ask for another card",
+            "meta": {"step": "charge"},
+            "status": None,
+        }
+        await driver.steps.record(
+            jid, "charge", state="failed", worker_id="w-seed", claim=c, error=err
+        )
         await driver.nack(jid, worker_id="w-seed", claim=c, outcome="dead", error=err)
     s.ids["failed"] = await put(driver, name="dash.sync", queue=q["slow"])
     jid, c = await claim(driver, q["slow"])
-    await driver.nack(jid, worker_id="w-seed", claim=c, outcome="failed", error={"code": "X_JOB_KEY_BUSY", "message": "busy"})
+    await driver.nack(
+        jid,
+        worker_id="w-seed",
+        claim=c,
+        outcome="failed",
+        error={"code": "X_JOB_KEY_BUSY", "message": "busy"},
+    )
     s.ids["suspended"] = await put(driver, name="dash.onboard", queue=q["slow"])
     jid, c = await claim(driver, q["slow"])
-    await driver.steps.record(jid, "welcome", state="completed", worker_id="w-seed", claim=c, output="sent")
+    await driver.steps.record(
+        jid, "welcome", state="completed", worker_id="w-seed", claim=c, output="sent"
+    )
     await driver.nack(jid, worker_id="w-seed", claim=c, outcome="suspend", delay_ms=3_600_000)
     s.ids["running"] = await put(driver, name="dash.sync", queue=q["slow"])
     await claim(driver, q["slow"])
@@ -95,10 +127,20 @@ async def seed_states(driver: JobDriver, prefix: str = "") -> Seeded:
     s.ids["held"] = await put(driver, name="dash.sync", queue=q["held"])
     await intro.pause_queue(q["held"])
     # attacker-controlled text everywhere it can go
-    s.ids["evil"] = await put(driver, name=f"dash.{XSS}", queue=q["evil"] + XSS, payload={"note": XSS})
+    s.ids["evil"] = await put(
+        driver, name=f"dash.{XSS}", queue=q["evil"] + XSS, payload={"note": XSS}
+    )
     jid, c = await claim(driver, q["evil"] + XSS)
-    evil_err = {"code": None, "message": f"boom {XSS}", "fix": XSS, "meta": {"x": XSS}, "status": None}
-    await driver.steps.record(jid, f"step{XSS}", state="failed", worker_id="w-seed", claim=c, error=evil_err)
+    evil_err = {
+        "code": None,
+        "message": f"boom {XSS}",
+        "fix": XSS,
+        "meta": {"x": XSS},
+        "status": None,
+    }
+    await driver.steps.record(
+        jid, f"step{XSS}", state="failed", worker_id="w-seed", claim=c, error=evil_err
+    )
     await driver.nack(jid, worker_id="w-seed", claim=c, outcome="dead", error=evil_err)
     return s
 
@@ -165,6 +207,12 @@ def seed() -> Seed:
     return seed_states
 
 
+@pytest.fixture(name="put")
+def put_fixture() -> Callable[..., Awaitable[str]]:
+    """``await put(driver, name=..., queue=..., payload=..., delay_ms=...)``: one ready job."""
+    return put
+
+
 @pytest.fixture
 def xss() -> str:
     return XSS
@@ -173,3 +221,55 @@ def xss() -> str:
 @pytest.fixture
 def counting() -> Callable[[Any, Counter[str]], CountingDriver]:
     return CountingDriver
+
+
+class Page(HTMLParser):
+    """A rendered page, parsed: its start tags, and the text of elements by id / data-*."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: Counter[str] = Counter()
+        self.marked: dict[tuple[str, str], str] = {}
+        self._open: list[tuple[str, list[tuple[str, str]], list[str]]] = []
+        self.text_parts: list[str] = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] += 1
+        if tag in ("input", "meta", "link", "br", "hr", "img"):
+            return
+        marks = [(k, v or "") for k, v in attrs if k == "id" or k.startswith("data-")]
+        self._open.append((tag, marks, []))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open:
+            name, marks, parts = self._open.pop()
+            text = "".join(parts)
+            for key in marks:
+                self.marked[key] = text
+            if self._open:
+                self._open[-1][2].append(text)
+            if name == tag:
+                return
+
+    def handle_data(self, data: str) -> None:
+        self.text_parts.append(data)
+        if self._open:
+            self._open[-1][2].append(data)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def by_data(self, attr: str) -> dict[str, str]:
+        """``{value of data-<attr>: text}`` for every element carrying it."""
+        return {v: t for (k, v), t in self.marked.items() if k == f"data-{attr}"}
+
+    def by_id(self, ident: str) -> str:
+        return self.marked[("id", ident)]
+
+
+@pytest.fixture
+def parse() -> Callable[[str], Page]:
+    return Page

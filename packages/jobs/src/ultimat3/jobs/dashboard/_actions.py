@@ -149,7 +149,8 @@ ACTIONS: dict[str, Callable[[Ctx, JobIntrospection], Awaitable[Done]]] = {
 async def run_action(ctx: Ctx, name: str) -> Done:
     """Run the action ``name`` (its refusal propagates as the member's ``XError``)."""
     handler = ACTIONS[name]
-    target = {k: v for k, v in ctx.request.form.items() if k in ("id", "queue", "task", "name")}
+    fields = {"id": "job_id", "queue": "queue", "task": "task", "name": "job", "code": "code"}
+    target = {fields[k]: v for k, v in ctx.request.form.items() if k in fields}
     try:
         done = await handler(ctx, ctx.need_intro())
     except XError as exc:

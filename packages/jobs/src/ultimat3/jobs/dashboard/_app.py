@@ -41,7 +41,7 @@ Render = Callable[[Ctx], Awaitable[View]]
 
 
 def status_of(exc: XError) -> int:
-    return STATUS.get(exc.code) or exc.status or 500
+    return exc.status or STATUS.get(exc.code) or 500
 
 
 def _banner(exc: XError) -> Banner:
@@ -105,8 +105,8 @@ class JobsDashboard:
         elif request.method == "POST" and action is not None and action.group(1) in ACTIONS:
             ctx, cookie = self._ctx(request)
             response = await self._post(ctx, action.group(1), receive)
-        elif render is not None or action is not None:
-            allowed = "POST" if action is not None else "GET, HEAD"
+        elif render is not None or (action is not None and action.group(1) in ACTIONS):
+            allowed = "GET, HEAD" if render is not None else "POST"
             response = Response(f"use {allowed}", status=405, content_type="text/plain")
             response.headers.append(("allow", allowed))
             return response

@@ -69,8 +69,7 @@ def _queues(
             el(
                 "span",
                 _num(getattr(s, st), ctx.url("/jobs", {"queue": q, "state": st})),
-                data_queue=q,
-                data_state=st,
+                data_count=f"{q} {st}",
             )
             for st in QUEUE_STATES
         ]
