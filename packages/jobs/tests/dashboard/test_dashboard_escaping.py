@@ -77,7 +77,7 @@ def test_any_text_renders_as_itself_and_adds_no_markup(
         claimed = await driver.claim(
             queues=[q], limit=1, worker_id="w", visibility_timeout_ms=60_000
         )
-        error = {"code": None, "message": msg, "fix": None, "meta": {}, "status": None}
+        error: dict[str, Any] = {"code": None, "message": msg, "meta": {}}
         await driver.nack(
             job_id, worker_id="w", claim=claimed[0].claim, outcome="dead", error=error
         )

@@ -90,7 +90,7 @@ async def test_the_job_list_pages_through_keyset_cursors_in_three_reads(
     calls: Counter[str] = Counter()
     client = client_for(jobs_dashboard(driver=counting(driver, calls)))
     seen: list[str] = []
-    url = f"{BASE}/jobs?queue=pages&limit=3"
+    url: str | None = f"{BASE}/jobs?queue=pages&limit=3"
     pages = 0
     while url:
         calls.clear()
@@ -115,8 +115,8 @@ async def test_the_job_list_pages_through_keyset_cursors_in_three_reads(
 
 def _link(html: str, label: str) -> str | None:
     """The href of the pager link labelled ``label`` (unescaped)."""
-    import html as htmllib  # noqa: PLC0415
-    import re  # noqa: PLC0415
+    import html as htmllib
+    import re
 
     arrow = "older →" if label == "older" else "← newer"
     m = re.search(r'<a href="([^"]+)">' + re.escape(arrow) + "</a>", html)
@@ -197,7 +197,7 @@ async def test_the_dead_letter_groups_by_name_and_error_code_in_one_read(
 async def test_the_tasks_page_shows_cron_next_fire_paused_and_backfills(
     memory: JobDriver, client_for: Any, parse: Any
 ) -> None:
-    from pydantic import BaseModel  # noqa: PLC0415
+    from pydantic import BaseModel
 
     class Empty(BaseModel):
         pass
@@ -246,7 +246,7 @@ async def test_a_driver_without_introspect_shows_stats_and_refuses_the_rest(
                 raise AttributeError(name)
             return getattr(inner, name)
 
-    client = client_for(jobs_dashboard(driver=Bare()))  # type: ignore[arg-type]
+    client = client_for(jobs_dashboard(driver=Bare()))
     r = await client.get(f"{BASE}/")
     assert r.status_code == 200 and "bare" in r.text and "no introspect" in r.text
     r = await client.get(f"{BASE}/jobs")
