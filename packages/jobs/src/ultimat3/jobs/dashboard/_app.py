@@ -13,6 +13,7 @@ from . import _csrf
 from ._actions import ACTIONS, run_action
 from ._context import Ctx, View, introspection_of
 from ._dead import dead_letter
+from ._flash import set_flash, take_flash
 from ._html import el
 from ._http import Receive, Request, Response, Scope, Send, read_form, request_of
 from ._job import job_page
@@ -101,7 +102,10 @@ class JobsDashboard:
         action = ACTION_PATH.match(path)
         if request.method in ("GET", "HEAD") and render is not None:
             ctx, cookie = self._ctx(request)
-            response = await self._page(ctx, render)
+            banner, clear = take_flash(request)
+            response = await self._page(ctx, render, banner)
+            if clear is not None:
+                response.headers.append(("set-cookie", clear))
         elif request.method == "POST" and action is not None and action.group(1) in ACTIONS:
             ctx, cookie = self._ctx(request)
             response = await self._post(ctx, action.group(1), receive)
@@ -193,7 +197,13 @@ class JobsDashboard:
             if then is None:
                 return self._error(ctx, exc)
             return await self._page(ctx, then, _banner(exc), status_of(exc))
-        return await self._page(ctx, done.then, done.banner)
+        location = ctx.url(done.then)
+        response = Response(f"see {location}", status=303, content_type="text/plain")
+        response.headers += [
+            ("location", location),
+            ("set-cookie", set_flash(ctx.request, done.banner)),
+        ]
+        return response
 
 
 def _failed_next(ctx: Ctx, name: str) -> Render | None:
