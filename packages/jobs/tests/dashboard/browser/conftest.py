@@ -9,7 +9,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ class LiveDashboard:
 
     def __init__(
         self,
-        open_driver: Callable[[], Awaitable[JobDriver]],
+        open_driver: Callable[[], Coroutine[Any, Any, JobDriver]],
         app_of: Callable[[JobDriver], Any],
     ) -> None:
         self.loop = asyncio.new_event_loop()
@@ -55,7 +55,7 @@ class LiveDashboard:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def wait_for(
-        self, probe: Callable[[], Awaitable[bool]], what: str, timeout: float = 30
+        self, probe: Callable[[], Coroutine[Any, Any, bool]], what: str, timeout: float = 30
     ) -> None:
         deadline = time.monotonic() + timeout
         while not self.call(probe()):
@@ -63,7 +63,7 @@ class LiveDashboard:
                 raise AssertionError(f"timed out waiting for {what}")
             time.sleep(0.05)
 
-    def stop(self, close: Callable[[JobDriver], Awaitable[None]]) -> None:
+    def stop(self, close: Callable[[JobDriver], Coroutine[Any, Any, None]]) -> None:
         self.server.should_exit = True
         try:
             self.serving.result(20)
