@@ -12,7 +12,7 @@ from typing import NoReturn, TextIO
 from ultimat3.core import XError
 from ultimat3.jobs._ports import JobDriver
 
-from . import _db, _demo, _jobs, _scheduler, _tasks, _worker
+from . import _dashboard, _db, _demo, _jobs, _scheduler, _tasks, _worker
 from ._driver import DRIVER_KINDS, DriverSource, choose_driver
 from ._invocation import Handler, Invocation
 from ._output import (
@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     _scheduler.register(root, common)
     _tasks.register(root, common)
     _demo.register(root, common)
+    _dashboard.register(root, common)
     return parser
 
 
