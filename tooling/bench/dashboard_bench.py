@@ -26,9 +26,9 @@ import httpx
 import psycopg
 
 from ultimat3.core import new_id
-from ultimat3.jobs.adapter import ColumnEnqueuer, EnqueueColumns, EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueColumns, EnqueueRequest
 from ultimat3.jobs.dashboard import jobs_dashboard
-from ultimat3.jobs.postgres import migrate, postgres_job_driver
+from ultimat3.jobs.postgres import PostgresJobDriver, migrate, postgres_job_driver
 
 BUDGET_MS = 200.0
 CHUNK = 5_000
@@ -59,8 +59,7 @@ class CountingDriver(Counting):
         self.backfills = Counting(inner.backfills, calls, "backfills.")
 
 
-async def seed(driver: Any, jobs: int, dead: int, running: int) -> str:
-    assert isinstance(driver, ColumnEnqueuer)
+async def seed(driver: PostgresJobDriver, jobs: int, dead: int, running: int) -> str:
     started = time.perf_counter()
     for start in range(0, jobs, CHUNK):
         n = min(CHUNK, jobs - start)
@@ -101,7 +100,7 @@ async def seed(driver: Any, jobs: int, dead: int, running: int) -> str:
             )
         )
     print(f"seeded {jobs:,} jobs in {time.perf_counter() - started:.1f} s")
-    return claimed[0].id
+    return str(claimed[0].id)
 
 
 async def measure(dsn: str, jobs: int, runs: int, dead: int, running: int) -> None:
@@ -113,7 +112,7 @@ async def measure(dsn: str, jobs: int, runs: int, dead: int, running: int) -> No
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(f'ANALYZE "{schema}".x_jobs')
         calls: Counter[str] = Counter()
-        app = jobs_dashboard(driver=CountingDriver(driver, calls))  # type: ignore[arg-type]
+        app = jobs_dashboard(driver=CountingDriver(driver, calls))
         pages = {
             "overview /": "/",
             "jobs /jobs": "/jobs",
