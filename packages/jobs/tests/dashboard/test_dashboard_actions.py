@@ -219,3 +219,37 @@ async def test_read_only_by_default_offers_no_form_and_refuses_a_post(
     r = await client.post(f"{BASE}/actions/retry", data={"id": seeded.ids["dead"], "csrf": "x"})
     assert r.status_code == 403 and "read-only" in r.text and "allow_actions=True" in r.text
     assert (await intro_of(memory).show(seeded.ids["dead"])).state == "dead"
+
+
+async def test_an_action_redirects_so_a_reload_never_repeats_it(
+    memory: JobDriver, seed: Any, client_for: Any
+) -> None:
+    seeded = await seed(memory)
+    client, token = await ready_client(memory, client_for)
+    dead = seeded.ids["dead"]
+    r = await client.post(
+        f"{BASE}/actions/retry", data={"id": dead, "csrf": token}, follow_redirects=False
+    )
+    assert r.status_code == 303 and r.headers["location"] == f"{BASE}/jobs/{dead}"
+    assert "x_jobs_flash=" in r.headers["set-cookie"]
+    shown = await client.get(r.headers["location"])
+    assert "requeued: ready" in shown.text
+    again = await client.get(r.headers["location"])  # the reload: the page, not the action
+    assert "requeued" not in again.text
+    assert (await intro_of(memory).show(dead)).state == "ready"
+
+
+async def test_a_forged_flash_cookie_is_only_ever_text(
+    memory: JobDriver, client_for: Any, xss: str, parse: Any
+) -> None:
+    import base64
+    import json
+
+    client = client_for(jobs_dashboard(driver=memory))
+    forged = json.dumps({"text": xss, "ok": False, "code": xss, "fix": xss}).encode()
+    client.cookies.set("x_jobs_flash", base64.urlsafe_b64encode(forged).decode().rstrip("="))
+    r = await client.get(f"{BASE}/")
+    assert parse(r.text).tags["script"] == 0 and xss in parse(r.text).text
+    client.cookies.set("x_jobs_flash", "not base64 at all!")
+    r = await client.get(f"{BASE}/")
+    assert r.status_code == 200 and 'class="banner' not in r.text
