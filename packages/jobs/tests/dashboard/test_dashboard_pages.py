@@ -308,3 +308,12 @@ async def test_it_answers_the_lifespan_protocol() -> None:
         "lifespan.startup.complete",
         "lifespan.shutdown.complete",
     ]
+
+
+async def test_with_no_driver_installed_a_page_says_so_with_the_fix(client_for: Any) -> None:
+    from ultimat3.core import installed_adapter
+
+    assert installed_adapter(JOB_DRIVER) is None  # nothing installed in this test
+    r = await client_for(jobs_dashboard()).get(f"{BASE}/")
+    assert r.status_code == 503
+    assert "X_ADAPTER_MISSING" in r.text and "install_job_driver" in r.text

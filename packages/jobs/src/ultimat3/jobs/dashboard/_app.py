@@ -77,7 +77,18 @@ class JobsDashboard:
         if scope["type"] != "http":
             return
         request = request_of(scope)
-        response = await self._respond(request, receive)
+        try:
+            response = await self._respond(request, receive)
+        except XError as exc:  # no driver installed, say: the page says so, with the fix
+            html = page(
+                request,
+                title=self.title,
+                heading="Unavailable",
+                section="",
+                body=None,
+                banner=_banner(exc),
+            )
+            response = Response(html, status=exc.status or STATUS.get(exc.code) or 503)
         await response.send(send, head=request.method == "HEAD")
 
     def _ctx(self, request: Request) -> tuple[Ctx, str | None]:
@@ -169,7 +180,7 @@ class JobsDashboard:
             title=self.title,
             heading="Refused",
             section="",
-            body=[_banner(exc).html() if banner is not None else None, body],
+            body=[_banner(exc).html() if banner and banner.text != exc.message else None, body],
             banner=banner or _banner(exc),
         )
         return Response(html, status=status_of(exc))
