@@ -77,9 +77,12 @@ class LiveDashboard:
                 self.loop.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Headless Chromium for the whole session (``--no-sandbox``: the tests run as root)."""
+    """Headless Chromium, launched once for the browser module (``--no-sandbox``: the tests run
+    as root). Module-scoped, not session-scoped: Playwright's sync API keeps its event loop
+    running in this thread while it is open, and every async test after it would then fail
+    ("Cannot run the event loop while another loop is running")."""
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     assert executable, "no chromium on PATH: apt-get install -y chromium (.ci/run does)"
     with sync_playwright() as p:

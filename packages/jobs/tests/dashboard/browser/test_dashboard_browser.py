@@ -1,10 +1,11 @@
 """The dashboard in a real headless Chromium, served by uvicorn on loopback inside a Starlette
 app (mounted at ``/admin/jobs``) over a real Postgres driver, with a real worker running the
-shop's jobs: jobs in every state, then clicking through. One test runs it over Redis."""
+shop's jobs: jobs in every state, then clicking through. The last test runs it over Redis."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -23,6 +24,7 @@ from ultimat3.jobs import JobContext, JobWorker, Retry, Step, job, job_worker, t
 from ultimat3.jobs.adapter import EnqueueRequest, JobDriver
 from ultimat3.jobs.dashboard import jobs_dashboard
 from ultimat3.jobs.postgres import migrate, postgres_job_driver
+from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
 from .conftest import LiveDashboard
 
@@ -312,3 +314,59 @@ def test_xss_payloads_stay_text(shop: Shop, page: Page, xss: str) -> None:
         assert page.evaluate("() => window.__xss") is None, path
     body = page.locator("body").inner_text()
     assert f"shop.{xss}" in body and f"boom {xss}" in body and f"step{xss}" in body
+
+
+# --- the same dashboard over Redis ------------------------------------------------------------
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="module")
+def on_redis(seed: Any) -> Iterator[tuple[LiveDashboard, Any]]:
+    prefix = f"t-dash-{uuid.uuid4().hex[:12]}"
+
+    async def open_driver() -> JobDriver:
+        return redis_job_driver(REDIS_URL, prefix=prefix)
+
+    async def close(driver: JobDriver) -> None:
+        assert isinstance(driver, RedisJobDriver)
+        try:
+            async for key in driver.client.scan_iter(match="{" + prefix + "}:*", count=1000):
+                await driver.client.delete(key)
+        finally:
+            await driver.close()
+
+    live = LiveDashboard(open_driver, lambda d: jobs_dashboard(driver=d, allow_actions=True))
+    try:
+        seeded = live.call(seed(live.driver))
+        yield live, seeded
+    finally:
+        live.stop(close)
+
+
+def test_on_redis_the_overview_counts_and_retry_work(
+    on_redis: tuple[LiveDashboard, Any], page: Page
+) -> None:
+    live, seeded = on_redis
+    page.goto(live.url + "/")
+    cells = page.locator("[data-count]")
+    shown = {
+        cells.nth(i).get_attribute("data-count"): cells.nth(i).inner_text()
+        for i in range(cells.count())
+    }
+    stats = live.call(live.driver.stats())
+    assert stats
+    for s in stats:
+        for state in ("ready", "delayed", "running", "suspended", "failed", "dead"):
+            assert shown[f"{s.queue} {state}"] == str(getattr(s, state)), (s.queue, state)
+    expect(page.locator('[data-paused="held"]')).to_have_text("paused")
+    dead = seeded.ids["dead"]
+    page.goto(f"{live.url}/jobs/{dead}")
+    failed = page.locator("#timeline tr", has_text="charge")
+    expect(failed).to_contain_text("failed")
+    expect(failed).to_contain_text("X_CHARGE_DECLINED")
+    page.locator('#actions button[data-action="retry"]').first.click()
+    expect(page.locator(".banner.ok")).to_contain_text("requeued: ready")
+    intro: Any = live.driver.introspect  # type: ignore[attr-defined]
+    assert live.call(intro.show(dead)).state == "ready"
+    assert page.locator("script").count() == 0
