@@ -33,7 +33,7 @@ async def tasks_page(ctx: Ctx) -> View:
                 el("span", "paused" if is_paused else "no", data_task_paused=name),
                 when(from_epoch_ms(fire.occurrence_ms)) if fire else "-",
                 when(fire.fired_at) if fire else "-",
-                when(intro.next_task_run(t, now)) if t else "-",
+                when(t.next_run(now)) if t else "-",
                 ctx.form("resume-task", "Resume", {"task": name})
                 if is_paused
                 else ctx.form("pause-task", "Pause", {"task": name}),
