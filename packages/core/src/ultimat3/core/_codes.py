@@ -456,6 +456,55 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "use integer minor units, an ISO 4217 currency and one currency per sum",
         _T,
     ),
+    # --- entity (ultimat3.entity) ---------------------------------------------------------
+    CodeInfo(
+        "X_ENTITY_VALUE_INVALID",
+        "a value does not fit its column",
+        "pass a value of the column's type (the message names the entity and column)",
+        _T,
+    ),
+    CodeInfo(
+        "X_ENTITY_QUERY_INVALID",
+        "the query names an unknown or sealed column, or a bad operator, unit or zone",
+        "query declared, unsealed columns with eq ne lt lte gt gte in like",
+        _T,
+    ),
+    CodeInfo(
+        "X_ENTITY_SCHEMA_DRIFT",
+        "the table in the database differs from its declaration in a way migrate() does not change",
+        "write a migration of your own (a new column, copy, swap) or restore the declared type",
+        _T,
+    ),
+    CodeInfo(
+        "X_ENTITY_WRITE_REFUSED",
+        "the entity refuses this write (append-only, or a view)",
+        "append a new row instead of changing one; write to a view's tables",
+        _T,
+    ),
+    CodeInfo(
+        "X_ENTITY_CONFLICT_UNCOVERED",
+        "upsert_all's on_conflict columns are covered by no unique index",
+        "name the columns of a unique key, or declare Index((...), unique=True)",
+        _T,
+    ),
+    CodeInfo(
+        "X_ENTITY_CONFLICT",
+        "a unique key is already taken",
+        "upsert_all(rows, on_conflict=[...]) to overwrite, or change the key",
+        _T,
+    ),
+    CodeInfo(
+        "X_TENANT_REQUIRED",
+        "a statement on a tenant entity ran with no ambient tenant",
+        "bind one with use_tenant(org_id), or cross_tenant(reason, fn) as a system actor",
+        _T,
+    ),
+    CodeInfo(
+        "X_SEALED_UNREADABLE",
+        "a sealed value cannot be decrypted (its key is not in the ring, or it was altered)",
+        "add the key it was sealed with back to the KeyRing",
+        _T,
+    ),
 )
 
 CODES: Mapping[str, CodeInfo] = MappingProxyType({info.code: info for info in _ENTRIES})
