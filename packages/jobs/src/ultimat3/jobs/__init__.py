@@ -13,6 +13,7 @@ Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
 from __future__ import annotations
 
 import importlib
+import typing
 
 from ._compensation import UNWIND_MARGIN
 from ._context import JobContext, JobLog
@@ -40,8 +41,44 @@ from ._steps import Step
 from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, task
 from ._worker import JobWorker, WorkerStats, job_worker
 
+if typing.TYPE_CHECKING:  # the lazy factories, typed for mypy
+    from .factories.webhook import (
+        DEFAULT_WEBHOOK_DISABLE_AFTER,
+        WebhookDelivery,
+        WebhookEndpoint,
+        WebhookEvent,
+        webhook,
+    )
+    from .factories.webhook_ledger import (
+        WebhookAttempt,
+        WebhookLedger,
+        memory_webhook_ledger,
+        postgres_webhook_ledger,
+    )
+    from .factories.webhook_receiver import (
+        DEFAULT_WEBHOOK_BODY_LIMIT,
+        ReceivedWebhook,
+        ReceiverDelivery,
+        webhook_receiver,
+    )
+
 # name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
-_FACTORIES: dict[str, str] = {}
+_FACTORIES: dict[str, str] = {
+    # issue 19: webhooks both ways
+    "webhook": "webhook",
+    "WebhookDelivery": "webhook",
+    "WebhookEndpoint": "webhook",
+    "WebhookEvent": "webhook",
+    "DEFAULT_WEBHOOK_DISABLE_AFTER": "webhook",
+    "WebhookAttempt": "webhook_ledger",
+    "WebhookLedger": "webhook_ledger",
+    "memory_webhook_ledger": "webhook_ledger",
+    "postgres_webhook_ledger": "webhook_ledger",
+    "webhook_receiver": "webhook_receiver",
+    "ReceivedWebhook": "webhook_receiver",
+    "ReceiverDelivery": "webhook_receiver",
+    "DEFAULT_WEBHOOK_BODY_LIMIT": "webhook_receiver",
+}
 
 
 def __getattr__(name: str) -> object:
