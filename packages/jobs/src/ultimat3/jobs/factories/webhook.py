@@ -19,7 +19,7 @@ import importlib
 import inspect
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -162,26 +162,20 @@ class _Deliverer:
         self.signature = signature
         self.tenant = tenant
         self._client_factory = client
-        self._clients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
 
-    def client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        held = self._clients.get(id(loop))
-        if held is not None and held[0] is loop:
-            return held[1]
-        for key, (other, _) in list(self._clients.items()):
-            if other.is_closed():
-                del self._clients[key]
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """The app's client (never closed here) or a guarded one for this attempt."""
         if self._client_factory is not None:
-            made = self._client_factory()
-        else:
-            made = _http().safe_client(
-                allow_private=self.allow_private,
-                timeout=self.timeout_ms * REQUEST_SHARE / 1000,
-                headers={"user-agent": USER_AGENT},
-            )
-        self._clients[id(loop)] = (loop, made)
-        return made
+            yield self._client_factory()
+            return
+        made: httpx.AsyncClient = _http().safe_client(
+            allow_private=self.allow_private,
+            timeout=self.timeout_ms * REQUEST_SHARE / 1000,
+            headers={"user-agent": USER_AGENT},
+        )
+        async with made:
+            yield made
 
     def _check_tenant(self, delivery: WebhookDelivery, ctx: JobContext) -> None:
         if self.tenant == "none":
@@ -332,8 +326,19 @@ class _Deliverer:
     ) -> httpx.Response:
         """The request, cut at 90% of the job's timeout (so the attempt still records its row
         before the deadline) or when the run's signal aborts, whichever comes first."""
+        async with self.client() as client:
+            return await self._race(client, url, body, headers, ctx)
+
+    async def _race(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        ctx: JobContext,
+    ) -> httpx.Response:
         request = asyncio.ensure_future(
-            self.client().post(url, content=body, headers=headers, follow_redirects=False)
+            client.post(url, content=body, headers=headers, follow_redirects=False)
         )
         aborted = asyncio.ensure_future(ctx.signal.wait())
         try:
@@ -440,8 +445,10 @@ def webhook(
     """Declare the job that delivers one event to one endpoint; enqueue
     ``WebhookDelivery(endpoint_id=..., event_id=..., org_id=...)`` per subscriber.
 
-    ``client`` (a factory of ``httpx.AsyncClient``) replaces the guarded client: tests and
-    benchmarks only — the address guard is then whatever that client does."""
+    Each attempt opens its own guarded client and closes it. ``client`` (a zero-argument
+    function answering an ``httpx.AsyncClient`` the app owns and closes) replaces that: a
+    long-lived ``ultimat3.http.safe_client()`` keeps connections alive across deliveries. The
+    address guard is then whatever that client does."""
     _http()  # the extra is there, or X_CONFIG_INVALID now rather than on the first attempt
     if not isinstance(name, str) or not name.strip():
         raise _invalid(name, "name is missing or blank", "name='partner.webhooks' (a queue key)")
