@@ -13,6 +13,7 @@ import pytest
 from ultimat3.core import XError, swap_adapter
 from ultimat3.http.testing import loopback_server  # noqa: TID253 - the factory under test needs it
 from ultimat3.jobs import Retry, job_worker
+from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.factories.webhook import (
     WebhookDelivery,
     WebhookEndpoint,
@@ -26,7 +27,6 @@ from ultimat3.jobs.factories.webhook_ledger import (
     memory_webhook_ledger,
     postgres_webhook_ledger,
 )
-from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.postgres import PostgresJobDriver
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
@@ -57,7 +57,8 @@ async def pg_ledger(database_url: str, pg_schema: str) -> AsyncIterator[Postgres
 
 
 async def streak_rules(ledger: Any) -> None:
-    assert isinstance(ledger, WebhookLedger)
+    port: object = ledger
+    assert isinstance(port, WebhookLedger)
     for outcome in ("failed", "rejected", "throttled", "refused", "failed"):
         await ledger.record(attempt(outcome))
     await ledger.record(attempt("failed", endpoint="other"))
