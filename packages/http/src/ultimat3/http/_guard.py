@@ -13,6 +13,7 @@ import asyncio
 import ipaddress
 import re
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -31,6 +32,18 @@ _FIX = (
     "give an https URL whose host resolves only to public addresses; for local development and "
     "tests pass allow_private=True"
 )
+
+
+_SSL_CONTEXT: ssl.SSLContext | None = None
+
+
+def default_ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context for every guarded transport of the process (building one loads
+    the CA bundle: tens of milliseconds, too much to pay per delivery)."""
+    global _SSL_CONTEXT
+    if _SSL_CONTEXT is None:
+        _SSL_CONTEXT = httpx.create_ssl_context()
+    return _SSL_CONTEXT
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -154,7 +167,9 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             if len(self._inners) >= 512:  # bound the per-name pools; the oldest goes
                 oldest = next(iter(self._inners))
                 await self._inners.pop(oldest).aclose()
-            inner = self._inners[server_name] = httpx.AsyncHTTPTransport(limits=self._limits)
+            inner = self._inners[server_name] = httpx.AsyncHTTPTransport(
+                verify=default_ssl_context(), limits=self._limits
+            )
         return await inner.handle_async_request(request)
 
     async def aclose(self) -> None:
