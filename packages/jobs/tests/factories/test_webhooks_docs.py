@@ -26,7 +26,9 @@ def test_the_ddl_on_the_page_is_the_ledgers() -> None:
     ddl = postgres_webhook_ledger("postgresql://unused").ddl
 
     def words(s: str) -> list[str]:
-        return [w for line in s.splitlines() if not line.strip().startswith("--") for w in line.split()]
+        return [
+            w for line in s.splitlines() if not line.strip().startswith("--") for w in line.split()
+        ]
 
     assert words(shown.replace(";\n", "\n").rstrip(";\n")) == words(ddl.replace(";\n", "\n"))
     assert "## Choices where the spec is silent" in text
