@@ -42,20 +42,20 @@ from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, t
 from ._worker import JobWorker, WorkerStats, job_worker
 
 if typing.TYPE_CHECKING:  # the lazy factories, typed for mypy
-    from .factories.webhook import (
+    from .factories.webhook import (  # noqa: F401 - typed for mypy, loaded lazily
         DEFAULT_WEBHOOK_DISABLE_AFTER,
         WebhookDelivery,
         WebhookEndpoint,
         WebhookEvent,
         webhook,
     )
-    from .factories.webhook_ledger import (
+    from .factories.webhook_ledger import (  # noqa: F401 - typed for mypy, loaded lazily
         WebhookAttempt,
         WebhookLedger,
         memory_webhook_ledger,
         postgres_webhook_ledger,
     )
-    from .factories.webhook_receiver import (
+    from .factories.webhook_receiver import (  # noqa: F401 - typed for mypy, loaded lazily
         DEFAULT_WEBHOOK_BODY_LIMIT,
         ReceivedWebhook,
         ReceiverDelivery,
