@@ -137,3 +137,39 @@ async def test_xerror_middleware_leaves_other_errors_to_the_server() -> None:
     async with client(XErrorMiddleware(app)) as c:
         with pytest.raises(RuntimeError):
             await c.get("/")
+
+
+async def test_answers_are_counted_and_refusals_logged_without_request_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+
+    from ultimat3.core import capture_log_events
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr("ultimat3.http._app.meter", lambda: provider.get_meter("ultimat3"))
+    monkeypatch.setattr("ultimat3.http._app._received", None)
+
+    def verify(inbound: Inbound) -> dict[str, Any]:
+        raise ValueError(inbound.body.decode())
+
+    r, _ = route(verify=verify)
+    with capture_log_events() as events:
+        async with client(webhook_app(r)) as c:
+            await c.post("/in/a/b", content=b"PRIVATE-BYTES")
+    (refused,) = [e for e in events if e["event"] == "http.webhook.refused"]
+    assert refused["level"] == "warning" and refused["error_type"] == "ValueError"
+    assert "PRIVATE" not in repr(events)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = []
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == "webhook_received_total":
+                    for p in m.data.data_points:
+                        assert isinstance(p, NumberDataPoint)
+                        points.append((dict(p.attributes or {}), p.value))
+    assert points == [({"receiver": "r", "status": 400}, 1)]

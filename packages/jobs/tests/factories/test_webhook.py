@@ -369,3 +369,30 @@ def test_a_bad_declaration_is_refused(options: dict[str, Any], fragment: str) ->
 
 
 def _unused(_: Sequence[object]) -> None: ...
+
+
+async def test_attempts_are_counted_by_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(
+        "ultimat3.jobs.factories.webhook.meter", lambda: provider.get_meter("ultimat3")
+    )
+    monkeypatch.setattr("ultimat3.jobs.factories.webhook._attempts_counter", None)
+    answers = iter([500, 200])
+    async with loopback_server(lambda r: (next(answers), {}, b"")) as server:
+        deliver = declare(server.url("/"), memory_webhook_ledger())
+        await JobHarness(jobs=[deliver])(deliver, delivery())
+    data = reader.get_metrics_data()
+    assert data is not None
+    points: dict[str, float] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == "webhook_attempts_total":
+                    for p in m.data.data_points:
+                        assert isinstance(p, NumberDataPoint)
+                        points[str((p.attributes or {})["outcome"])] = p.value
+    assert points == {"failed": 1, "delivered": 1}

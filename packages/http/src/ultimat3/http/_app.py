@@ -13,13 +13,16 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ultimat3.core import CODES, XError, log_event, to_json_form
+from ultimat3.core import CODES, XError, log_event, meter, to_json_form
 
 from ._inbound import Inbound, WebhookRoute
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Counter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,6 +44,19 @@ _STATUS = {
 
 class _TooLarge(Exception):
     pass
+
+
+_received: Counter | None = None
+
+
+def received_counter() -> Counter:
+    """``webhook_received_total{receiver, status}``: the answers of every receiver."""
+    global _received
+    if _received is None:
+        _received = meter().create_counter(
+            "webhook_received_total", description="inbound webhook requests, by answer status"
+        )
+    return _received
 
 
 def _route_of(receiver: object) -> WebhookRoute:
@@ -89,7 +105,18 @@ class WebhookApp:
         for route in self.routes:
             params = route.match(path)
             if params is not None:
-                await self._serve(route, params, scope, receive, send)
+                status = 500
+
+                async def counted(message: Message) -> None:
+                    nonlocal status
+                    if message["type"] == "http.response.start":
+                        status = int(message["status"])
+                    await send(message)
+
+                try:
+                    await self._serve(route, params, scope, receive, counted)
+                finally:
+                    received_counter().add(1, {"receiver": route.name, "status": status})
                 return
         await _error(send, 404, "X_NOT_FOUND", "no webhook receiver serves this path")
 

@@ -32,6 +32,7 @@ from ultimat3.core import (
     current_clock,
     dumps_json,
     log_event,
+    meter,
     parse_duration,
     sign_webhook,
 )
@@ -49,12 +50,26 @@ from .webhook_ledger import (
 
 if TYPE_CHECKING:
     import httpx
+    from opentelemetry.metrics import Counter
 
 DEFAULT_WEBHOOK_DISABLE_AFTER: Final = 10
 USER_AGENT: Final = "ultimat3-webhooks/0.1"
 REQUEST_SHARE: Final = 0.9
 """The share of the job's timeout the request may take; the rest records the attempt."""
 Signature = Literal["ultimat3", "standard-webhooks"]
+
+
+_attempts_counter: Counter | None = None
+
+
+def webhook_attempts_counter() -> Counter:
+    """``webhook_attempts_total{webhook, outcome}``: delivery attempts, by outcome."""
+    global _attempts_counter
+    if _attempts_counter is None:
+        _attempts_counter = meter().create_counter(
+            "webhook_attempts_total", description="webhook delivery attempts, by outcome"
+        )
+    return _attempts_counter
 
 
 class WebhookDelivery(BaseModel):
@@ -240,6 +255,7 @@ class _Deliverer:
         await self._record(
             delivery, ctx, status, outcome, error.code if error else None, duration_ms
         )
+        webhook_attempts_counter().add(1, {"webhook": self.name, "outcome": outcome})
         ctx.log.info(
             "jobs.webhook.attempt",
             endpoint_id=endpoint.id,
