@@ -173,3 +173,23 @@ async def test_answers_are_counted_and_refusals_logged_without_request_bytes(
                         assert isinstance(p, NumberDataPoint)
                         points.append((dict(p.attributes or {}), p.value))
     assert points == [({"receiver": "r", "status": 400}, 1)]
+
+
+async def test_a_rate_limit_refuses_past_the_budget_before_reading_the_body() -> None:
+    from ultimat3.core import FrozenClock
+    from ultimat3.http import rate_limiter
+
+    verified: list[bytes] = []
+
+    def verify(inbound: Inbound) -> dict[str, Any]:
+        verified.append(inbound.body)
+        return {"event_id": f"e{len(verified)}", "payload": None}
+
+    limiter = rate_limiter(limit=2, window="1m", clock=FrozenClock(0))
+    r, accepted = route(verify=verify, rate_limit=limiter)
+    async with client(webhook_app(r)) as c:
+        answers = [await c.post("/in/a/b", content=b"x") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].headers["retry-after"] == "30"
+    assert answers[2].json()["code"] == "X_RATE_LIMITED"
+    assert len(verified) == 2 and len(accepted) == 2

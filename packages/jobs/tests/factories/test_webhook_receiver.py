@@ -273,6 +273,7 @@ async def test_the_stored_payload_is_marked_sensitive_in_the_input_schema() -> N
         ({"max_bytes": 0}, "max_bytes"),
         ({"max_bytes": True}, "max_bytes"),
         ({"name": ""}, "name"),
+        ({"rate_limit": 600}, "rate_limit"),
     ],
 )
 def test_a_bad_declaration_is_x_webhook_receiver_invalid(

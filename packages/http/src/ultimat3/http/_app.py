@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
@@ -153,6 +154,15 @@ class WebhookApp:
             )
             return
         started = time.monotonic()
+        if route.rate_limit is not None:
+            decision = await route.rate_limit.hit(f"webhook:{route.name}")
+            if not decision.allowed:
+                _log_refusal(route, "X_RATE_LIMITED", None)
+                wait = max(1, math.ceil(decision.retry_after_seconds))
+                await _error(
+                    send, 429, "X_RATE_LIMITED", headers=[(b"retry-after", str(wait).encode())]
+                )
+                return
         try:
             body = await _read_body(scope, receive, route.max_bytes)
         except _TooLarge:

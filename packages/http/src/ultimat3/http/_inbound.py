@@ -50,6 +50,9 @@ class WebhookRoute:
     accept: Accept
     handshake: Callable[[Inbound], Any] | None = None
     max_bytes: int = DEFAULT_WEBHOOK_BODY_LIMIT
+    rate_limit: Any = None
+    """A ``RateLimiter`` spent once per request (key ``webhook:<name>``) before the body is
+    read; a refusal is 429 ``X_RATE_LIMITED`` with ``Retry-After``."""
     pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -79,12 +79,14 @@ def webhook_receiver(
     handle: Callable[[ReceiverDelivery], Any],
     handshake: Callable[[Any], Any] | None = None,
     max_bytes: int = DEFAULT_WEBHOOK_BODY_LIMIT,
+    rate_limit: Any = None,
     retry: Retry | None = None,
     queue: str = "default",
     timeout: Duration | None = None,
 ) -> Job[ReceivedWebhook, Any]:
     """Declare a receiver: the job (``handle`` as its body) and, on ``.webhook_route``, the route
-    ``ultimat3.http.webhook_app(*receivers)`` serves at ``path``."""
+    ``ultimat3.http.webhook_app(*receivers)`` serves at ``path``. ``rate_limit`` (an
+    ``ultimat3.http.rate_limiter()``) is spent once per request before the body is read."""
     http = _http()
     causes: list[str] = []
     if not isinstance(name, str) or not name.strip():
@@ -100,6 +102,8 @@ def webhook_receiver(
         causes.append(f"handshake is a {type(handshake).__name__}, not a function")
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         causes.append(f"max_bytes {max_bytes!r} is not an int >= 1")
+    if rate_limit is not None and not _is_fn(getattr(rate_limit, "hit", None)):
+        causes.append(f"rate_limit is a {type(rate_limit).__name__}, not a rate_limiter()")
     if causes:
         raise _invalid(name, causes)
 
@@ -133,6 +137,7 @@ def webhook_receiver(
         accept=accept,
         handshake=handshake,
         max_bytes=max_bytes,
+        rate_limit=rate_limit,
     )
     handle_job.webhook_route = route  # type: ignore[attr-defined]  # what webhook_app() serves
     return handle_job
