@@ -57,6 +57,7 @@ USER_AGENT: Final = "ultimat3-webhooks/0.1"
 REQUEST_SHARE: Final = 0.9
 """The share of the job's timeout the request may take; the rest records the attempt."""
 Signature = Literal["ultimat3", "standard-webhooks"]
+_HANDED_BACK: Final = frozenset({"X_DRAINING", "X_JOB_LEASE_LOST", "X_JOB_SLOT_LOST"})
 
 
 _attempts_counter: Counter | None = None
@@ -240,6 +241,8 @@ class _Deliverer:
             status = response.status_code
             outcome, error = self._verdict(response, endpoint)
         except XError as exc:
+            if exc.code in _HANDED_BACK:
+                raise
             outcome = "refused" if exc.code == "X_WEBHOOK_ENDPOINT_INVALID" else "failed"
             error = exc
         except Exception as exc:  # httpx's timeouts and network errors
@@ -370,6 +373,8 @@ class _Deliverer:
             with contextlib.suppress(BaseException):
                 await request
             reason = ctx.signal.reason
+            if reason is not None and reason.code in _HANDED_BACK:
+                raise reason  # a drain or a lost lease: not the endpoint's failure, no row
             raise XError(
                 "X_WEBHOOK_DELIVERY_FAILED",
                 "webhook: the request was cut by the attempt's deadline"
