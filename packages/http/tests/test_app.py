@@ -193,3 +193,23 @@ async def test_a_rate_limit_refuses_past_the_budget_before_reading_the_body() ->
     assert answers[2].headers["retry-after"] == "30"
     assert answers[2].json()["code"] == "X_RATE_LIMITED"
     assert len(verified) == 2 and len(accepted) == 2
+
+
+@pytest.mark.parametrize("answer", ["not a tuple", (200, {}), ("x", {}, b"")])
+async def test_a_malformed_challenge_answer_is_500(answer: object) -> None:
+    r, accepted = route(verify=lambda i: {"answer": answer})
+    async with client(webhook_app(r)) as c:
+        response = await c.post("/in/a/b", content=b"")
+    assert response.status_code == 500
+    assert response.json()["code"] == "X_WEBHOOK_RECEIVER_INVALID"
+    assert accepted == []
+
+
+async def test_a_handshake_that_raises_is_refused_quoting_nothing() -> None:
+    def handshake(inbound: Inbound) -> Any:
+        raise KeyError(inbound.url)
+
+    r, _ = route(handshake=handshake)
+    async with client(webhook_app(r)) as c:
+        response = await c.get("/in/a/b?token=SECRET")
+    assert response.status_code == 400 and "SECRET" not in response.text

@@ -136,12 +136,14 @@ class WebhookApp:
                 answer = await _maybe(route.handshake(inbound))
                 if isinstance(answer, Mapping) and "answer" in answer:
                     answer = answer["answer"]
-                await _answer(send, answer)
             except XError as exc:
                 await _refuse(send, route, exc)
+                return
             except Exception as exc:
                 _log_refusal(route, "X_WEBHOOK_EVENT_INVALID", exc)
                 await _error(send, 400, "X_WEBHOOK_EVENT_INVALID")
+                return
+            await _answer_or_500(send, route, answer)
             return
         if method != "POST":
             allow = "POST, GET" if route.handshake is not None else "POST"
@@ -187,7 +189,7 @@ class WebhookApp:
             await _error(send, 400, "X_WEBHOOK_EVENT_INVALID")
             return
         if isinstance(verdict, Mapping) and "answer" in verdict:
-            await _answer(send, verdict["answer"])
+            await _answer_or_500(send, route, verdict["answer"])
             return
         if not isinstance(verdict, Mapping) or "event_id" not in verdict:
             _log_refusal(route, "X_WEBHOOK_EVENT_INVALID", None)
@@ -323,6 +325,15 @@ async def _raw(send: Send, status: int, headers: list[tuple[bytes, bytes]], body
     all_headers = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": all_headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _answer_or_500(send: Send, route: WebhookRoute, answer: Any) -> None:
+    """Send a challenge's answer; a malformed one is the receiver's bug: 500, nothing quoted."""
+    try:
+        await _answer(send, answer)
+    except Exception as exc:
+        _log_refusal(route, "X_WEBHOOK_RECEIVER_INVALID", exc)
+        await _error(send, 500, "X_WEBHOOK_RECEIVER_INVALID")
 
 
 async def _answer(send: Send, answer: Any) -> None:
