@@ -351,6 +351,8 @@ async def test_the_idempotency_key_is_per_endpoint_and_event() -> None:
         ({"disable_after": 0}, "disable_after"),
         ({"endpoint": "x"}, "endpoint"),
         ({"signature": "hmac"}, "signature"),
+        ({"tenant": None}, "tenant is missing"),
+        ({"ledger": None}, "ledger"),
     ],
 )
 def test_a_bad_declaration_is_refused(options: dict[str, Any], fragment: str) -> None:
@@ -363,7 +365,7 @@ def test_a_bad_declaration_is_refused(options: dict[str, Any], fragment: str) ->
         **options,
     }
     with pytest.raises(XError) as info:
-        webhook(**fields)
+        webhook(**{k: v for k, v in fields.items() if v is not None})  # None: left out
     assert info.value.code == "X_JOB_DECLARATION_INVALID"
     assert fragment in info.value.message
 

@@ -274,6 +274,8 @@ async def test_the_stored_payload_is_marked_sensitive_in_the_input_schema() -> N
         ({"max_bytes": True}, "max_bytes"),
         ({"name": ""}, "name"),
         ({"rate_limit": 600}, "rate_limit"),
+        ({"path": None}, "path is missing"),
+        ({"tenant": None}, "tenant is missing"),
     ],
 )
 def test_a_bad_declaration_is_x_webhook_receiver_invalid(
@@ -288,7 +290,7 @@ def test_a_bad_declaration_is_x_webhook_receiver_invalid(
         **options,
     }
     with pytest.raises(XError) as info:
-        webhook_receiver(**fields)
+        webhook_receiver(**{k: v for k, v in fields.items() if v is not None})
     assert info.value.code == "X_WEBHOOK_RECEIVER_INVALID"
     assert fragment in info.value.message
 

@@ -57,6 +57,7 @@ USER_AGENT: Final = "ultimat3-webhooks/0.1"
 REQUEST_SHARE: Final = 0.9
 """The share of the job's timeout the request may take; the rest records the attempt."""
 Signature = Literal["ultimat3", "standard-webhooks"]
+_MISSING: Any = None  # a required field left out reads as None: refused like None
 _HANDED_BACK: Final = frozenset({"X_DRAINING", "X_JOB_LEASE_LOST", "X_JOB_SLOT_LOST"})
 
 
@@ -450,16 +451,16 @@ def _invalid(name: object, cause: str, fix: str) -> XError:
 
 def webhook(
     *,
-    name: str,
-    tenant: Callable[[WebhookDelivery], str] | Literal["none"],
-    endpoint: Callable[[WebhookDelivery], WebhookEndpoint | Awaitable[Any] | None],
-    event: Callable[[WebhookDelivery], WebhookEvent | Awaitable[Any] | None],
-    ledger: WebhookLedger,
+    name: str = _MISSING,
+    tenant: Callable[[WebhookDelivery], str] | Literal["none"] = _MISSING,
+    endpoint: Callable[[WebhookDelivery], WebhookEndpoint | Awaitable[Any] | None] = _MISSING,
+    event: Callable[[WebhookDelivery], WebhookEvent | Awaitable[Any] | None] = _MISSING,
+    ledger: WebhookLedger = _MISSING,
     disable_after: int = DEFAULT_WEBHOOK_DISABLE_AFTER,
     allow_private: bool = False,
     signature: Signature = "ultimat3",
     retry: Retry | None = None,
-    queue: str = "default",
+    queue: str | None = None,
     timeout: Duration = "30s",
     client: Callable[[], httpx.AsyncClient] | None = None,
 ) -> Job[WebhookDelivery, Any]:
@@ -473,6 +474,8 @@ def webhook(
     _http()  # the extra is there, or X_CONFIG_INVALID now rather than on the first attempt
     if not isinstance(name, str) or not name.strip():
         raise _invalid(name, "name is missing or blank", "name='partner.webhooks' (a queue key)")
+    if tenant is _MISSING:
+        raise _invalid(name, "tenant is missing", "tenant='none', or tenant=lambda d: d.org_id")
     for label, fn in (("endpoint", endpoint), ("event", event)):
         if not callable(fn):
             raise _invalid(
@@ -514,7 +517,7 @@ def webhook(
         input=WebhookDelivery,
         idempotency_key=lambda d: f"webhook:{name}:{d.endpoint_id}:{d.event_id}",
         tenant=tenant,
-        queue=queue,
+        queue=queue or "default",
         retry=retry,
         timeout=timeout_ms,
         run=body,

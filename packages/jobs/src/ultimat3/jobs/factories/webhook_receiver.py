@@ -23,6 +23,7 @@ from ultimat3.core import Duration, XError
 from ultimat3.jobs import Job, JobContext, Retry, Step, job
 
 DEFAULT_WEBHOOK_BODY_LIMIT: Final = 1_048_576
+_MISSING: Any = None  # a required field left out reads as None: refused like None
 
 
 class ReceivedWebhook(BaseModel):
@@ -72,26 +73,31 @@ def _invalid(name: object, causes: list[str]) -> XError:
 
 def webhook_receiver(
     *,
-    name: str,
-    path: str,
-    tenant: Callable[[ReceivedWebhook], str] | Literal["none"],
-    verify: Callable[[Any], Any],
-    handle: Callable[[ReceiverDelivery], Any],
+    name: str = _MISSING,
+    path: str = _MISSING,
+    tenant: Callable[[ReceivedWebhook], str] | Literal["none"] = _MISSING,
+    verify: Callable[[Any], Any] = _MISSING,
+    handle: Callable[[ReceiverDelivery], Any] = _MISSING,
     handshake: Callable[[Any], Any] | None = None,
     max_bytes: int = DEFAULT_WEBHOOK_BODY_LIMIT,
     rate_limit: Any = None,
     retry: Retry | None = None,
-    queue: str = "default",
+    queue: str | None = None,
     timeout: Duration | None = None,
 ) -> Job[ReceivedWebhook, Any]:
     """Declare a receiver: the job (``handle`` as its body) and, on ``.webhook_route``, the route
     ``ultimat3.http.webhook_app(*receivers)`` serves at ``path``. ``rate_limit`` (an
-    ``ultimat3.http.rate_limiter()``) is spent once per request before the body is read."""
+    ``ultimat3.http.rate_limiter()``) is spent once per request before the body is read.
+    Every refusal (a missing field included) is one ``X_WEBHOOK_RECEIVER_INVALID`` naming all."""
     http = _http()
     causes: list[str] = []
+    if tenant is _MISSING:
+        causes.append("tenant is missing (tenant='none', or a function of the input)")
+    if path is _MISSING:
+        causes.append("path is missing (path='/hooks/<vendor>')")
     if not isinstance(name, str) or not name.strip():
         causes.append("name is missing or blank (it is the queue key: name='billing.events')")
-    problem = http.path_problem(path)
+    problem = http.path_problem(path) if path is not _MISSING else None
     if problem is not None:
         causes.append(problem)
     if not _is_fn(verify):
@@ -120,7 +126,7 @@ def webhook_receiver(
         input=ReceivedWebhook,
         idempotency_key=lambda r: f"webhook-receiver:{name}:{r.event_id}",
         tenant=tenant,
-        queue=queue,
+        queue=queue or "default",
         retry=retry,
         timeout=timeout,
         run=body,
