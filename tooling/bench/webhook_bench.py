@@ -168,6 +168,7 @@ async def bench_receiver(requests: int, concurrency: int) -> None:
     from ultimat3.core import sign_webhook
     from ultimat3.jobs.postgres import migrate
 
+    load_before = os.getloadavg()
     schema = f"x_bench_hooks_{uuid.uuid4().hex[:10]}"
     await migrate(DATABASE_URL, schema=schema)
     bodies = []
@@ -191,6 +192,7 @@ async def bench_receiver(requests: int, concurrency: int) -> None:
     finally:
         await drop_schema(schema)
     print(f"\nreceiver: {requests} signed POSTs, {concurrency} connections, one uvicorn process")
+    print(f"load average before: {load_before[0]:.2f}; after: {os.getloadavg()[0]:.2f}")
     print(f"{'':28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-200':>10}")
     for label, r in (("bare ASGI 200 (baseline)", bare), ("webhook_app + Postgres", got)):
         print(
@@ -272,6 +274,7 @@ async def bench_deliveries(n: int) -> None:
     from ultimat3.jobs.drivers.memory import memory_job_driver
     from ultimat3.jobs.postgres import migrate, postgres_job_driver
 
+    load_before = os.getloadavg()
     proc, port = await start_server("bare")
     url = f"http://127.0.0.1:{port}/in"
     rows: list[tuple[str, float]] = []
@@ -303,6 +306,7 @@ async def bench_deliveries(n: int) -> None:
     finally:
         stop_server(proc)
     print(f"\ndeliveries: {n} webhook() jobs, one worker, to one uvicorn endpoint answering 200")
+    print(f"load average before: {load_before[0]:.2f}; after: {os.getloadavg()[0]:.2f}")
     for label, rate in rows:
         print(f"{label:48}{rate:>10.0f} deliveries/s")
 
@@ -310,7 +314,7 @@ async def bench_deliveries(n: int) -> None:
 async def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--deliveries", type=int, default=4000)
     parser.add_argument("--only", choices=["receiver", "deliveries"])
     args = parser.parse_args(argv)
