@@ -421,3 +421,27 @@ async def test_a_drain_cuts_the_request_without_a_ledger_row() -> None:
         (row,) = await harness.rows()
         assert row.state == "ready" and row.attempts == 0
         assert ledger.attempts == []
+
+
+@pytest.mark.parametrize("url", ["http://", "http://[::1/x", "https:///nohost"])
+async def test_a_url_httpx_cannot_send_to_is_invalid_and_no_failure(url: str) -> None:
+    ledger = memory_webhook_ledger()
+    deliver = declare(url, ledger)
+    trace = await JobHarness(jobs=[deliver])(deliver, delivery())
+    assert trace.state == "dead" and trace.attempts == 1
+    assert trace.last_error is not None
+    assert trace.last_error["code"] == "X_WEBHOOK_ENDPOINT_INVALID"
+    assert [a.outcome for a in ledger.attempts] == ["refused"]
+    assert await ledger.failures_in_a_row("ep_1") == 0
+
+
+async def test_an_event_id_core_cannot_sign_is_invalid_and_sends_nothing() -> None:
+    async with loopback_server(lambda r: (200, {}, b"")) as server:
+        ledger = memory_webhook_ledger()
+        bad = WebhookEvent(id="has:colon", topic="t", body={})
+        deliver = declare(server.url("/"), ledger, events={"evt_1": bad})
+        trace = await JobHarness(jobs=[deliver])(deliver, delivery())
+        assert trace.last_error is not None
+        assert trace.last_error["code"] == "X_WEBHOOK_EVENT_INVALID"
+        assert trace.attempts == 1 and server.requests == []
+        assert await ledger.failures_in_a_row("ep_1") == 0

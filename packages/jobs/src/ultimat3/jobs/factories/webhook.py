@@ -135,6 +135,12 @@ def _body_of(event: WebhookEvent) -> tuple[bytes, str]:
         ) from exc
 
 
+def _bad_url(exc: Exception) -> bool:
+    import httpx  # installed with ultimat3-http, which the declaration checked
+
+    return isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol)
+
+
 def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
     """A Retry-After header's seconds (delta-seconds or an HTTP date), ``None`` if unreadable."""
     if value is None:
@@ -244,17 +250,30 @@ class _Deliverer:
         except XError as exc:
             if exc.code in _HANDED_BACK:
                 raise
-            outcome = "refused" if exc.code == "X_WEBHOOK_ENDPOINT_INVALID" else "failed"
+            # only a delivery that failed on the way is the endpoint's failure; the rest (the
+            # guard, a secret or an event that cannot be signed) sent nothing
+            outcome = "failed" if exc.code == "X_WEBHOOK_DELIVERY_FAILED" else "refused"
             error = exc
-        except Exception as exc:  # httpx's timeouts and network errors
-            outcome = "failed"
-            error = XError(
-                "X_WEBHOOK_DELIVERY_FAILED",
-                f"webhook {self.name!r}: delivery to endpoint {endpoint.id!r} failed: "
-                f"{type(exc).__name__}",
-                meta={"endpoint_id": endpoint.id, "error_type": type(exc).__name__},
-            )
-            error.__cause__ = exc
+        except Exception as exc:  # httpx's timeouts and network errors, or a URL it cannot read
+            if _bad_url(exc):
+                outcome = "refused"
+                error = XError(
+                    "X_WEBHOOK_ENDPOINT_INVALID",
+                    f"webhook {self.name!r}: endpoint {endpoint.id!r} has a URL httpx cannot "
+                    f"send to ({type(exc).__name__})",
+                    fix="give the endpoint an absolute https:// URL",
+                    meta={"endpoint_id": endpoint.id},
+                )
+                error.__cause__ = exc
+            else:
+                outcome = "failed"
+                error = XError(
+                    "X_WEBHOOK_DELIVERY_FAILED",
+                    f"webhook {self.name!r}: delivery to endpoint {endpoint.id!r} failed: "
+                    f"{type(exc).__name__}",
+                    meta={"endpoint_id": endpoint.id, "error_type": type(exc).__name__},
+                )
+                error.__cause__ = exc
         duration_ms = int((time.monotonic() - started) * 1000)
         await self._record(
             delivery, ctx, status, outcome, error.code if error else None, duration_ms
