@@ -18,6 +18,32 @@ ROOT = Path(__file__).resolve().parent.parent
 DISTS = ["core", "jobs", "jobs-redis", "http", "storage", "entity"]
 
 
+FACTORIES_PROBE = """
+import asyncio
+from ultimat3.core import Money
+from ultimat3.jobs import ConsumerCursor, consumer, ledger, memory_ledger_book, postgres_ledger_book
+from ultimat3.jobs.testing import job_harness
+
+book = memory_ledger_book()
+post = ledger(name="iso.post", tenant="none", book=lambda: book)
+saved = {}
+feed = consumer(name="iso.feed", tenant="none", keys=lambda: ["k"], open=lambda s: range(3),
+                handle=lambda b: str(b.items[-1]), cursor=ConsumerCursor(load=saved.get,
+                save=saved.__setitem__))
+assert "CREATE TABLE IF NOT EXISTS" in postgres_ledger_book("postgresql://127.0.0.1/x").ddl()
+
+async def main():
+    async with job_harness(jobs=[post, feed]) as h:
+        lines = [{"account": "a", "amount": Money(5, "EUR")},
+                 {"account": "b", "amount": Money(-5, "EUR")}]
+        assert (await h(post, {"key": "p", "entries": lines})).state == "done"
+        assert (await h(feed, {"key": "k"})).state == "done"
+    assert saved == {"k": "2"} and len(book.lines["p"]) == 2
+
+asyncio.run(main())
+"""
+
+
 def run(*cmd: str | Path, cwd: Path | None = None) -> str:
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -58,6 +84,23 @@ def importable(py: Path, module: str) -> bool:
     return subprocess.run([str(py), "-c", code]).returncode == 0
 
 
+def _demo_code(dist: str, zf: zipfile.ZipFile) -> list[str]:
+    """The demo (apps/demo) ships in no library wheel: no module of that name, no schema drop."""
+    found: list[str] = []
+    for name in zf.namelist():
+        if not name.endswith(".py"):
+            continue
+        if "demo" in name.rsplit("/", 1)[-1]:
+            found.append(f"ultimat3-{dist}: ships demo code ({name})")
+        if b"DROP SCHEMA" in zf.read(name).upper():
+            found.append(f"ultimat3-{dist}: {name} can drop a schema (demo code?)")
+    if dist == "jobs":
+        sql = [n for n in zf.namelist() if "/postgres/sql/queries/" in n and n.endswith(".sql")]
+        if len(sql) < 5:
+            found.append(f"ultimat3-jobs: the wheel lacks the statement files ({sql})")
+    return found
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="x-isolation-") as t:
         tmp = Path(t)
@@ -81,6 +124,7 @@ def main() -> int:
                     failures.append(f"ultimat3-{dist}: ships ultimat3/__init__.py (breaks PEP 420)")
                 if not any(n.endswith("py.typed") for n in zf.namelist()):
                     failures.append(f"ultimat3-{dist}: no py.typed")
+                failures += _demo_code(dist, zf)
 
         core = venv_with(tmp, "core", wheels, "ultimat3-core")
         run(core, "-c", "import ultimat3.core")
@@ -93,6 +137,9 @@ def main() -> int:
         run(jobs, "-c", "import ultimat3.jobs, ultimat3.core")
         # the harness ships in the product and needs no test tools; the suite asks for them lazily
         run(jobs, "-c", "from ultimat3.jobs.testing import job_harness")
+        # consumer() and ledger() need nothing but ultimat3-jobs (issue 20); the book's DDL ships
+        run(jobs, "-c", FACTORIES_PROBE)
+        print("jobs alone: consumer() and ledger() run; the ledger book's DDL is in the wheel")
         for tool in (
             "pytest",
             "hypothesis",
@@ -116,6 +163,10 @@ def main() -> int:
             if importable(jobs, other):
                 failures.append(f"ultimat3-jobs alone makes {other} importable")
         print("jobs alone: ultimat3.jobs imports; http, storage, entity, jobs_redis do not")
+        listed = run(jobs, "-m", "ultimat3.jobs.cli", "--help")
+        if "demo" in listed:
+            failures.append("ultimat3-jobs alone offers `x demo` (the demo is apps/demo's)")
+        print("jobs alone: no demo code in the wheel, no `x demo`")
 
         prom = venv_with(tmp, "jobs-prometheus", wheels, "ultimat3-jobs[prometheus]")
         run(prom, "-c", "from ultimat3.jobs.cli._metrics import require_extra; require_extra()")

@@ -2,13 +2,12 @@
 that never outlive their test, and an embedded PostgreSQL for the faults only our own server may
 suffer (a restart).
 
-This folder goes on ``sys.path`` (the tests import ``_faults`` and ``_worker_app``; the worker
-processes get it on ``PYTHONPATH``)."""
+The helpers (``ultimat3_testkit.faults``) and the worker processes' app
+(``ultimat3_testkit.fault_app``) live in the unpublished workspace member tooling/testkit."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,11 +15,8 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from _faults import (  # noqa: E402 - the path above makes it importable
+from ultimat3.jobs.embedded import EmbeddedPostgres, embedded_postgres
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     WorkerProcess,
@@ -28,8 +24,6 @@ from _faults import (  # noqa: E402 - the path above makes it importable
     drop_schema,
     make_schema,
 )
-
-from ultimat3.jobs.embedded import EmbeddedPostgres, embedded_postgres  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -17,14 +17,22 @@ from typing import Any
 
 import psycopg
 import pytest
-from _faults import Db, app_name, backend_pids, terminate, until, with_app_name, work_request
-from _worker_app import STEPS_JOB, Work, configure
 from psycopg import sql
 
 from ultimat3.core import new_id, swap_adapter
 from ultimat3.jobs import EnqueueResult, JobWorker, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, transaction
+from ultimat3_testkit.fault_app import STEPS_JOB, Work, configure
+from ultimat3_testkit.faults import (
+    Db,
+    app_name,
+    backend_pids,
+    terminate,
+    until,
+    with_app_name,
+    work_request,
+)
 
 
 @asynccontextmanager

@@ -11,11 +11,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import pairwise
 
-from _faults import Db, app_name, with_app_name
-
 from ultimat3.core import new_id
-from ultimat3.jobs._model import AckRequest, EnqueueRequest
+from ultimat3.jobs.adapter import AckRequest, EnqueueRequest
 from ultimat3.jobs.postgres import postgres_job_driver
+from ultimat3_testkit.faults import Db, app_name, with_app_name
 
 CLAIMERS = 16
 JOBS = 10_000

@@ -9,11 +9,19 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
-from _faults import Db, WorkerFactory, app_name, until, with_app_name, work_request, worker_args
 
 from ultimat3.core import new_id
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs.postgres import postgres_job_driver
+from ultimat3_testkit.faults import (
+    Db,
+    WorkerFactory,
+    app_name,
+    until,
+    with_app_name,
+    work_request,
+    worker_args,
+)
 
 DELAY_MS = 120_000
 

@@ -12,7 +12,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from _faults import (
+
+from ultimat3.core import XError, swap_adapter
+from ultimat3.jobs import EnqueueResult, Job, job
+from ultimat3.jobs.adapter import JOB_DRIVER
+from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, wake_channel
+from ultimat3_testkit.fault_app import HOSTILE_JOBS, KEYED_HOSTILE_JOB, Echo, echo_body
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,
@@ -22,12 +28,6 @@ from _faults import (
     with_app_name,
     worker_args,
 )
-from _worker_app import HOSTILE_JOBS, KEYED_HOSTILE_JOB, Echo, echo_body
-
-from ultimat3.core import XError, swap_adapter
-from ultimat3.jobs import EnqueueResult, Job, job
-from ultimat3.jobs.adapter import JOB_DRIVER
-from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver, wake_channel
 
 JOBS: list[Job[Echo, dict[str, Any]]] = [*HOSTILE_JOBS, KEYED_HOSTILE_JOB]
 

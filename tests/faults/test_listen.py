@@ -13,7 +13,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from _faults import (
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ultimat3.jobs._process import worker as _worker
+from ultimat3.jobs.postgres import postgres_job_driver
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     WorkerProcess,
@@ -25,10 +29,6 @@ from _faults import (
     work_request,
     worker_args,
 )
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from ultimat3.jobs import _worker
-from ultimat3.jobs.postgres import postgres_job_driver
 
 PROVEN_IDLE_S: float = getattr(_worker, "WAKE_PROVEN_IDLE_MS", 0) / 1000
 """How long an idle worker may sleep while its wake is proven (a worker that starts the driver's

@@ -11,16 +11,16 @@ import subprocess
 import sys
 
 import pytest
-from _faults import HERE, Db, until, work_request
-from _worker_app import STEPS_JOB, configure
 from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.core import XError
 from ultimat3.jobs import job_worker
-from ultimat3.jobs._worker import WORKER_CONNECTIONS
+from ultimat3.jobs._process.worker import WORKER_CONNECTIONS
 from ultimat3.jobs.cli._driver import choose_driver, open_driver
 from ultimat3.jobs.cli._main import worker_pool_size
 from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
+from ultimat3_testkit.fault_app import STEPS_JOB, configure
+from ultimat3_testkit.faults import HERE, Db, until, work_request
 
 
 async def _refusal(driver: PostgresJobDriver, max_in_flight: int) -> XError:
@@ -109,7 +109,14 @@ def test_x_worker_refuses_a_bad_max_in_flight_at_once(db_url: str, schema: str) 
     stderr, before any pool is sized from it."""
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "ultimat3.jobs.cli", "worker", "--app", "_worker_app:JOBS"),
+            *(
+                sys.executable,
+                "-m",
+                "ultimat3.jobs.cli",
+                "worker",
+                "--app",
+                "ultimat3_testkit.fault_app:JOBS",
+            ),
             *("--database-url", db_url, "--schema", schema, "--max-in-flight", "0", "--json"),
         ],
         cwd=HERE,

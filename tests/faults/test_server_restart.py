@@ -11,7 +11,14 @@ import os
 import time
 
 import pytest
-from _faults import (
+
+from ultimat3.core import XError, new_id
+from ultimat3.jobs._run.heartbeat import Heartbeat
+from ultimat3.jobs.adapter import ClaimedJob
+from ultimat3.jobs.embedded import EmbeddedPostgres
+from ultimat3.jobs.embedded._server import load_package
+from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,
@@ -21,13 +28,6 @@ from _faults import (
     work_request,
     worker_args,
 )
-
-from ultimat3.core import XError, new_id
-from ultimat3.jobs._embedded import load_package
-from ultimat3.jobs._heartbeat import Heartbeat
-from ultimat3.jobs._model import ClaimedJob
-from ultimat3.jobs.embedded import EmbeddedPostgres
-from ultimat3.jobs.postgres import PostgresJobDriver, postgres_job_driver
 
 JOBS = 150
 RESTART_AFTER = 50

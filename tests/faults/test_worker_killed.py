@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import signal
 
-from _faults import (
+from ultimat3.jobs.postgres import postgres_job_driver
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,
@@ -14,8 +15,6 @@ from _faults import (
     work_request,
     worker_args,
 )
-
-from ultimat3.jobs.postgres import postgres_job_driver
 
 
 async def test_a_worker_killed_mid_step_is_finished_by_another_after_its_lease(

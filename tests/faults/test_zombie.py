@@ -7,7 +7,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from _faults import (
+from ultimat3.jobs.adapter import AckRequest, StepState
+from ultimat3.jobs.postgres import postgres_job_driver
+from ultimat3_testkit.faults import (
     Db,
     WorkerFactory,
     app_name,
@@ -16,9 +18,6 @@ from _faults import (
     work_request,
     worker_args,
 )
-
-from ultimat3.jobs._model import AckRequest, StepState
-from ultimat3.jobs.postgres import postgres_job_driver
 
 
 async def snapshot(db: Db, job_id: str) -> tuple[Any, ...]:

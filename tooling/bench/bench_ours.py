@@ -63,7 +63,7 @@ class Ultimat3:
 
     @property
     def settings(self) -> str:
-        from ultimat3.jobs._worker import DEFAULT_CLAIM_BATCH
+        from ultimat3.jobs._process.settings import DEFAULT_CLAIM_BATCH
 
         wake = (
             "the wake: start_queue_wake(driver, worker.wake) (one LISTEN session) unless the "
@@ -154,7 +154,7 @@ class Ultimat3:
         from ultimat3.core import swap_adapter, use_connection
         from ultimat3.jobs import outbox_relay
         from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE
-        from ultimat3.jobs.drivers.memory_outbox import MemoryTransaction, memory_outbox_store
+        from ultimat3.jobs.memory import MemoryTransaction, memory_outbox_store
 
         store, what = _postgres_outbox_store(dsn)
         job = self._declare()

@@ -309,7 +309,7 @@ class StubDriver:
         raise NotImplementedError
 
     async def claim(self, *, queues: Any, limit: int, worker_id: str, **kw: Any) -> list[Any]:
-        from ultimat3.jobs._model import ClaimedJob
+        from ultimat3.jobs.adapter import ClaimedJob
 
         self.claims += 1
         take = min(limit, self.left)

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ultimat3.core import new_id
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

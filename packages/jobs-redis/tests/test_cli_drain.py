@@ -25,9 +25,7 @@ from pydantic import BaseModel
 
 from ultimat3.core import XError, new_id, swap_adapter
 from ultimat3.jobs import job, job_worker
-from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._model import EnqueueRequest
-from ultimat3.jobs.adapter import JOB_DRIVER
+from ultimat3.jobs.adapter import JOB_DRIVER, EnqueueRequest, job_cursor
 from ultimat3.jobs.cli._main import main_async
 from ultimat3.jobs.postgres import PostgresJobDriver, migrate, postgres_job_driver
 from ultimat3.jobs.postgres._drain import PostgresDrainBatch

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from ultimat3.core import XError, capture_log_events, swap_adapter, use_connection
 from ultimat3.jobs import Retry, job, job_worker, outbox_relay, with_lock
 from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE
-from ultimat3.jobs.drivers.memory_outbox import MemoryTransaction, memory_outbox_store
+from ultimat3.jobs.memory import MemoryTransaction, memory_outbox_store
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -206,7 +206,7 @@ async def test_an_enqueue_inside_a_transaction_reaches_redis_only_through_the_ou
 
 
 async def _republished(job_id: str, driver: RedisJobDriver) -> list[tuple[str, Any]]:
-    from ultimat3.jobs._model import EnqueueRequest
+    from ultimat3.jobs.adapter import EnqueueRequest
 
     row = await driver.introspect.show(job_id)
     return [

@@ -1,7 +1,7 @@
 """The public surface of ``ultimat3.jobs_redis`` is exactly ``__all__``."""
 
 import ultimat3.jobs_redis as jobs_redis
-from ultimat3.jobs._ports import (
+from ultimat3.jobs.adapter import (
     BackfillLedger,
     JobDriver,
     JobIntrospection,

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from ultimat3.core import XError
-from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest, job_cursor
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
 

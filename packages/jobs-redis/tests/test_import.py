@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ultimat3.core import XError, new_id
-from ultimat3.jobs._drain import MovedJob
+from ultimat3.jobs.adapter import MovedJob
 from ultimat3.jobs_redis import RedisJobDriver
 
 

@@ -17,8 +17,7 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from ultimat3.core import FrozenClock, XError, new_id, use_clock
-from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._model import EnqueueRequest, EnqueueResult
+from ultimat3.jobs.adapter import EnqueueRequest, EnqueueResult, job_cursor
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 from ultimat3.jobs_redis import _introspect as introspect_module
 from ultimat3.jobs_redis._codec import text as as_text

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import EnqueueRequest, JobDetail, NackOutcome
-from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
+from ultimat3.jobs.adapter import EnqueueRequest, JobDetail, NackOutcome
+from ultimat3.jobs.memory import MemoryJobDriver, memory_job_driver
 from ultimat3.jobs.testing import enqueue_requests, idempotency_keys, json_values
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
@@ -284,7 +284,7 @@ class RedisAgainstMemory(RuleBasedStateMachine):
     # --- invariants ---------------------------------------------------------------------------
 
     def all_rows(self, driver: MemoryJobDriver | RedisJobDriver) -> list[Any]:
-        from ultimat3.jobs._cursor import job_cursor
+        from ultimat3.jobs.adapter import job_cursor
 
         rows: list[Any] = []
         after = None

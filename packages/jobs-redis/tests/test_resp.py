@@ -23,7 +23,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 from ultimat3.jobs_redis._resp import RespClient
 

@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
 Req = Callable[..., EnqueueRequest]

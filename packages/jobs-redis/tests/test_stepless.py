@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -13,7 +13,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ultimat3.core import XError, new_id
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver
 
 

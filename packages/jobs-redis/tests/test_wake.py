@@ -15,8 +15,7 @@ from pydantic import BaseModel
 
 from ultimat3.core import XError, capture_log_events, swap_adapter
 from ultimat3.jobs import job, job_worker
-from ultimat3.jobs._model import EnqueueRequest
-from ultimat3.jobs.adapter import JOB_DRIVER, memory_job_driver
+from ultimat3.jobs.adapter import JOB_DRIVER, EnqueueRequest, memory_job_driver
 from ultimat3.jobs_redis import RedisJobDriver, redis_job_driver, redis_wake_listener
 
 Req = Callable[..., EnqueueRequest]

@@ -11,8 +11,7 @@ from pydantic import BaseModel
 
 from ultimat3.core import swap_adapter
 from ultimat3.jobs import job, job_worker
-from ultimat3.jobs._ports import QueueWake
-from ultimat3.jobs.adapter import JOB_DRIVER
+from ultimat3.jobs.adapter import JOB_DRIVER, QueueWake
 from ultimat3.jobs_redis import RedisJobDriver
 from ultimat3.jobs_redis._wake import RedisWakeListener
 

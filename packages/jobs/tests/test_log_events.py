@@ -9,9 +9,9 @@ import asyncio
 from pathlib import Path
 from typing import Any, Final
 
-from engine_drivers import Engine
 from ultimat3.core import EVENT_LEVELS, capture_log_events, new_id
 from ultimat3.jobs.adapter import EnqueueRequest
+from ultimat3_testkit.engine_drivers import Engine
 
 PACKAGES: Final = Path(__file__).resolve().parents[2]
 

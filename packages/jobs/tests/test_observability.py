@@ -23,10 +23,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import BaseModel
 
-from engine_drivers import Engine
 from ultimat3.core import XError, capture_log_events
-from ultimat3.jobs import Retry, _execute, _gauges, _heartbeat, _sampler, _spans, job, job_worker
-from ultimat3.jobs._outcome import ExecutionSettings
+from ultimat3.jobs import Retry, job, job_worker
+from ultimat3.jobs._process import gauges as _gauges
+from ultimat3.jobs._process import sampler as _sampler
+from ultimat3.jobs._run import execute as _execute
+from ultimat3.jobs._run import heartbeat as _heartbeat
+from ultimat3.jobs._run.outcome import ExecutionSettings
+from ultimat3.jobs._telemetry import spans as _spans
+from ultimat3_testkit.engine_drivers import Engine
 
 
 class Order(BaseModel):
@@ -442,7 +447,7 @@ async def test_an_unwind_gives_each_compensation_its_own_step_span(
 
 
 async def test_a_failing_sample_is_logged_once_per_streak_and_leaves_a_gap() -> None:
-    from ultimat3.jobs.drivers.memory import memory_job_driver
+    from ultimat3.jobs.memory import memory_job_driver
 
     class Flaky:
         def __init__(self) -> None:

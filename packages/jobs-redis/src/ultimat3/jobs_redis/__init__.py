@@ -7,10 +7,10 @@ guarantee differs from the Postgres driver, ``docs/redis.md`` says which and why
 """
 
 from ._backfills import RedisBackfillLedger
-from ._driver import RedisJobDriver, RedisStepStore, redis_job_driver
+from ._driver import RedisJobDriver, RedisStepStore, redis_job_driver, redis_wake_listener
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
-from ._wake import RedisWakeListener, redis_wake_listener
+from ._wake import RedisWakeListener
 
 __all__ = [
     "RedisBackfillLedger",

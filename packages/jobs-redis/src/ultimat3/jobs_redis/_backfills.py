@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ultimat3.core import XError, from_epoch_ms, new_id
-from ultimat3.jobs._model import MAX_JOB_PAGE, BackfillRow
+from ultimat3.jobs.adapter import MAX_JOB_PAGE, BackfillRow
 
 from ._codec import freeze, maybe_text, opt, pairs, text, thaw
 from ._scripts import ScriptRunner

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ultimat3.core import XError, dumps_json, from_epoch_ms
-from ultimat3.jobs._model import JobDetail, JobRow, StepRecord
+from ultimat3.jobs.adapter import JobDetail, JobRow, StepRecord
 
 
 def text(value: object) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
@@ -22,27 +22,28 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ultimat3.core import XError, from_epoch_ms, log_event, new_id
-from ultimat3.jobs._drain import Imported, MovedJob
-from ultimat3.jobs._introspect_rules import sample_queue_names
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     DEAD_RETENTION_MS,
     DEPTH_SAMPLE_CAP,
     DONE_RETENTION_MS,
     ENQUEUE_CHUNK,
+    EXHAUSTED_BUFFER,
     MAX_ENQUEUE_BATCH,
     ClaimedJob,
     EnqueueRequest,
     EnqueueResult,
     ExhaustedJob,
+    Imported,
+    MovedJob,
     NackOutcome,
     QueueSample,
     QueueStats,
+    Stepless,
     StepRecord,
     StepState,
     WorkerRow,
+    sample_queue_names,
 )
-from ultimat3.jobs._ports import EXHAUSTED_BUFFER
-from ultimat3.jobs._stepless import Stepless
 
 from ._backfills import RedisBackfillLedger
 from ._codec import (
@@ -61,9 +62,7 @@ from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
 from ._resp import RespClient
 from ._scripts import Arg, ScriptRunner
-
-if TYPE_CHECKING:
-    from ._wake import RedisWakeListener
+from ._wake import RedisWakeListener
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
@@ -557,8 +556,6 @@ class RedisJobDriver:
         """Driver extra (``QueueWake``): a started ``redis_wake_listener`` calling
         ``on_wake('*')`` when a job of ``queues`` becomes due; ``job_worker().start()`` starts it
         with the worker's ``wake`` and stops it with the worker (``await listener.stop()``)."""
-        from ._wake import redis_wake_listener
-
         listener = redis_wake_listener(self, lambda: on_wake("*"), queues=queues)
         await listener.start()
         return listener
@@ -743,3 +740,22 @@ def _lean_client(
         path = kwargs["path"]
         return RespClient(path=path, where=f"{path}/{common['db']}", **common)
     return None
+
+
+def redis_wake_listener(
+    driver: RedisJobDriver,
+    wake: Callable[[], object],
+    *,
+    queues: Collection[str] | None = None,
+) -> RedisWakeListener:
+    """A listener that calls ``wake`` when a job of ``queues`` becomes due on ``driver``; see
+    :class:`RedisWakeListener`."""
+    if not isinstance(driver, RedisJobDriver):
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"redis_wake_listener: {driver!r} is not a Redis job driver",
+            fix="pass the driver redis_job_driver(...) made",
+        )
+    return RedisWakeListener(
+        wake, client=driver.client, fast=driver._r.fast, prefix=driver.prefix, queues=queues
+    )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ultimat3.core import XError
-from ultimat3.jobs._drain import MOVABLE_STATES, Imported, ImportOutcome, MovedJob
+from ultimat3.jobs.adapter import MOVABLE_STATES, Imported, ImportOutcome, MovedJob
 
 from ._codec import compact_json, live_key, text
 from ._scripts import ScriptRunner

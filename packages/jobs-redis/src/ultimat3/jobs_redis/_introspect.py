@@ -14,18 +14,10 @@ import builtins
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ultimat3.core import XError, from_epoch_ms
-from ultimat3.jobs._cursor import parse_job_cursor
-from ultimat3.jobs._introspect_rules import (
-    check_name,
-    check_page,
-    check_requeueable_state,
-    check_state,
-    job_not_found,
-)
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     MAX_BULK_ROWS,
     MAX_TASK_FIRES,
     PROMOTABLE_STATES,
@@ -38,13 +30,16 @@ from ultimat3.jobs._model import (
     StepRecord,
     TaskFire,
     WorkerRow,
+    check_name,
+    check_page,
+    check_requeueable_state,
+    check_state,
+    job_not_found,
+    parse_job_cursor,
 )
 
 from ._codec import freeze, job_detail, job_row, opt, pairs, step_record, step_records, text
 from ._scripts import ScriptRunner
-
-if TYPE_CHECKING:
-    from ultimat3.jobs._task import Task
 
 LIST_SCAN_BUDGET: Final = 5000
 """Rows one ``list`` script run looks at before it hands back and is run again."""
@@ -431,12 +426,6 @@ class RedisJobIntrospection:
                 )
             )
         return out
-
-    def next_task_run(self, task: Task, from_: datetime | int) -> datetime:
-        """The scheduler's own resolver: the next occurrence strictly after ``from_``."""
-        from ultimat3.jobs._task import next_task_run
-
-        return next_task_run(task, from_)
 
     async def workers(self) -> builtins.list[WorkerRow]:
         reply = await self._r.run("workers", op="read workers")

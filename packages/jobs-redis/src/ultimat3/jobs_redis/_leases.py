@@ -8,7 +8,7 @@ A lease key's hash expires a minute after its last slot's TTL, so idle keys clea
 from __future__ import annotations
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import LeaseGrant
+from ultimat3.jobs.adapter import LeaseGrant
 
 from ._codec import pairs, text
 from ._scripts import ScriptRunner

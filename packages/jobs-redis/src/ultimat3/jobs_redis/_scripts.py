@@ -33,7 +33,7 @@ from redis.exceptions import (
 )
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import COUNTER_TIERS
+from ultimat3.jobs.adapter import COUNTER_TIERS
 
 from ._resp import RespClient
 
@@ -311,6 +311,11 @@ class ScriptRunner:
             for name, args in batch:
                 pipe.evalsha(self._scripts[name].sha, 1, self.base, *args)
             return list(await pipe.execute(raise_on_error=False))
+
+    @property
+    def fast(self) -> RespClient | None:
+        """The lean client (``None`` over a ``redis.asyncio`` client passed in)."""
+        return self._fast
 
     async def _reload(self, fast: RespClient, name: str, args: tuple[Arg, ...]) -> Any:
         """``SCRIPT LOAD`` and the ``EVALSHA`` again, pipelined: one round trip."""

@@ -26,13 +26,13 @@ from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Any
 
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ultimat3.core import XError, log_event
 
 from ._codec import text
-from ._driver import RedisJobDriver
-from ._resp import Subscription
+from ._resp import RespClient, Subscription
 
 _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 5.0
@@ -40,13 +40,17 @@ _BACKOFF_MAX_S = 5.0
 
 class RedisWakeListener:
     """Calls ``wake()`` each time a job of ``queues`` (every queue when ``None``) becomes due on
-    the driver. ``start()`` / ``stop()``, or ``async with``."""
+    the driver. ``start()`` / ``stop()``, or ``async with``. Built from what the driver holds —
+    its ``redis.asyncio`` client, its lean client (``fast``, when made from a URL) and its key
+    prefix — not from the driver: ``redis_wake_listener(driver, wake)`` does that."""
 
     def __init__(
         self,
-        driver: RedisJobDriver,
         wake: Callable[[], object],
         *,
+        client: Redis,
+        fast: RespClient | None,
+        prefix: str,
         queues: Collection[str] | None = None,
     ) -> None:
         if not callable(wake):
@@ -55,10 +59,11 @@ class RedisWakeListener:
                 f"redis_wake_listener: wake {wake!r} is not callable",
                 fix="pass the worker's wake method: redis_wake_listener(driver, worker.wake)",
             )
-        self._driver = driver
+        self._client = client
+        self._fast = fast
         self._wake = wake
         self._queues = None if queues is None else frozenset(queues)
-        self._channel = "{" + driver.prefix + "}:due"
+        self._channel = "{" + prefix + "}:due"
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self.woken = 0
@@ -107,7 +112,7 @@ class RedisWakeListener:
             self._poke()
 
     async def _listen(self) -> None:
-        fast = self._driver._r._fast
+        fast = self._fast
         if fast is None:
             await self._listen_through_client()
             return
@@ -142,7 +147,7 @@ class RedisWakeListener:
         """The same over a ``redis.asyncio.Redis`` passed in: its pub/sub."""
         backoff = _BACKOFF_START_S
         while True:
-            pubsub: Any = self._driver.client.pubsub(ignore_subscribe_messages=True)
+            pubsub: Any = self._client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._channel)
                 self._subscribed.set()
@@ -159,20 +164,3 @@ class RedisWakeListener:
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     await (getattr(pubsub, "aclose", None) or pubsub.close)()  # redis 5.0.0
-
-
-def redis_wake_listener(
-    driver: RedisJobDriver,
-    wake: Callable[[], object],
-    *,
-    queues: Collection[str] | None = None,
-) -> RedisWakeListener:
-    """A listener that calls ``wake`` when a job of ``queues`` becomes due on ``driver``; see
-    :class:`RedisWakeListener`."""
-    if not isinstance(driver, RedisJobDriver):
-        raise XError(
-            "X_CONFIG_INVALID",
-            f"redis_wake_listener: {driver!r} is not a Redis job driver",
-            fix="pass the driver redis_job_driver(...) made",
-        )
-    return RedisWakeListener(driver, wake, queues=queues)

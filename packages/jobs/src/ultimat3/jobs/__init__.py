@@ -13,57 +13,100 @@ Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
 from __future__ import annotations
 
 import importlib
-import typing
+from typing import TYPE_CHECKING
 
-from ._compensation import UNWIND_MARGIN
-from ._context import JobContext, JobLog
-from ._cursor import job_cursor
-from ._declare import Job, job
-from ._events import MemoryEventBus, memory_event_bus, publish_event
-from ._execute import execute_job
-from ._limiter import ConcurrencyLimiter, concurrency_limiter
-from ._lock import LockGrant, hold_lock, with_lock
-from ._model import (
+from ultimat3.jobs._declare.job import Job, job
+from ultimat3.jobs._declare.policy import UNWIND_MARGIN, Concurrency, Retry
+from ultimat3.jobs._declare.task import (
+    MAX_CATCH_UP,
+    CatchUp,
+    Task,
+    TaskOccurrence,
+    next_task_run,
+    task,
+)
+from ultimat3.jobs._process.relay import outbox_relay
+from ultimat3.jobs._process.scheduler import SchedulerStats, TaskScheduler, task_scheduler
+from ultimat3.jobs._process.settings import WorkerSettings
+from ultimat3.jobs._process.worker import JobWorker, WorkerStats, job_worker
+from ultimat3.jobs._run.context import JobContext, JobLog
+from ultimat3.jobs._run.events import publish_event
+from ultimat3.jobs._run.execute import execute_job
+from ultimat3.jobs._run.limiter import ConcurrencyLimiter, concurrency_limiter
+from ultimat3.jobs._run.lock import LockGrant, hold_lock, with_lock
+from ultimat3.jobs._run.observe import RunEvent, RunObserver
+from ultimat3.jobs._run.on_settled import Settled, SettledOutcome
+from ultimat3.jobs._run.outcome import ExecutionSettings, RunOutcome
+from ultimat3.jobs._run.steps import Step
+from ultimat3.jobs.adapter import (
     ENQUEUE_CHUNK,
     MAX_BULK_ROWS,
     MAX_ENQUEUE_BATCH,
     MAX_JOB_PAGE,
     MAX_TASK_FIRES,
     EnqueueResult,
+    job_cursor,
 )
-from ._observe import RunEvent, RunObserver
-from ._on_settled import Settled, SettledOutcome
-from ._outcome import ExecutionSettings, RunOutcome
-from ._policy import Concurrency, Retry
-from ._relay import outbox_relay
-from ._scheduler import SchedulerStats, TaskScheduler, task_scheduler
-from ._steps import Step
-from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, task
-from ._worker import JobWorker, WorkerStats, job_worker
+from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
-if typing.TYPE_CHECKING:  # the lazy factories, typed for mypy
-    from .factories.webhook import (  # noqa: F401 - typed for mypy, loaded lazily
-        DEFAULT_WEBHOOK_DISABLE_AFTER,
-        WebhookDelivery,
-        WebhookEndpoint,
-        WebhookEvent,
-        webhook,
+if TYPE_CHECKING:  # the factories, typed for mypy (`from ultimat3.jobs import backfill` is the
+    # function, not `object`); loaded lazily at run time through _FACTORIES
+    from ultimat3.jobs.factories.backfill import backfill as backfill
+    from ultimat3.jobs.factories.consumer import CONSUMER_LINGER_MS as CONSUMER_LINGER_MS
+    from ultimat3.jobs.factories.consumer import Consumer as Consumer
+    from ultimat3.jobs.factories.consumer import ConsumerBatch as ConsumerBatch
+    from ultimat3.jobs.factories.consumer import ConsumerCursor as ConsumerCursor
+    from ultimat3.jobs.factories.consumer import ConsumerSource as ConsumerSource
+    from ultimat3.jobs.factories.consumer import CursorStore as CursorStore
+    from ultimat3.jobs.factories.consumer import consumer as consumer
+    from ultimat3.jobs.factories.ledger import LedgerBook as LedgerBook
+    from ultimat3.jobs.factories.ledger import LedgerLine as LedgerLine
+    from ultimat3.jobs.factories.ledger import Posting as Posting
+    from ultimat3.jobs.factories.ledger import PostingEntry as PostingEntry
+    from ultimat3.jobs.factories.ledger import assert_balanced_posting as assert_balanced_posting
+    from ultimat3.jobs.factories.ledger import ledger as ledger
+    from ultimat3.jobs.factories.ledger_books import memory_ledger_book as memory_ledger_book
+    from ultimat3.jobs.factories.ledger_books import postgres_ledger_book as postgres_ledger_book
+    from ultimat3.jobs.factories.webhook import (
+        DEFAULT_WEBHOOK_DISABLE_AFTER as DEFAULT_WEBHOOK_DISABLE_AFTER,
     )
-    from .factories.webhook_ledger import (  # noqa: F401 - typed for mypy, loaded lazily
-        WebhookAttempt,
-        WebhookLedger,
-        memory_webhook_ledger,
-        postgres_webhook_ledger,
+    from ultimat3.jobs.factories.webhook import WebhookDelivery as WebhookDelivery
+    from ultimat3.jobs.factories.webhook import WebhookEndpoint as WebhookEndpoint
+    from ultimat3.jobs.factories.webhook import WebhookEvent as WebhookEvent
+    from ultimat3.jobs.factories.webhook import webhook as webhook
+    from ultimat3.jobs.factories.webhook_ledger import WebhookAttempt as WebhookAttempt
+    from ultimat3.jobs.factories.webhook_ledger import WebhookLedger as WebhookLedger
+    from ultimat3.jobs.factories.webhook_ledger import (
+        memory_webhook_ledger as memory_webhook_ledger,
     )
-    from .factories.webhook_receiver import (  # noqa: F401 - typed for mypy, loaded lazily
-        DEFAULT_WEBHOOK_BODY_LIMIT,
-        ReceivedWebhook,
-        ReceiverDelivery,
-        webhook_receiver,
+    from ultimat3.jobs.factories.webhook_ledger import (
+        postgres_webhook_ledger as postgres_webhook_ledger,
     )
+    from ultimat3.jobs.factories.webhook_receiver import (
+        DEFAULT_WEBHOOK_BODY_LIMIT as DEFAULT_WEBHOOK_BODY_LIMIT,
+    )
+    from ultimat3.jobs.factories.webhook_receiver import ReceivedWebhook as ReceivedWebhook
+    from ultimat3.jobs.factories.webhook_receiver import ReceiverDelivery as ReceiverDelivery
+    from ultimat3.jobs.factories.webhook_receiver import webhook_receiver as webhook_receiver
 
-# name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
+# name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
+    "backfill": "backfill",
+    "CONSUMER_LINGER_MS": "consumer",
+    "Consumer": "consumer",
+    "ConsumerBatch": "consumer",
+    "ConsumerCursor": "consumer",
+    "ConsumerSource": "consumer",
+    "CursorStore": "consumer",
+    "consumer": "consumer",
+    "LedgerBook": "ledger",
+    "LedgerLine": "ledger",
+    "Posting": "ledger",
+    "PostingEntry": "ledger",
+    "assert_balanced_posting": "ledger",
+    "ledger": "ledger",
+    "memory_ledger_book": "ledger_books",
+    "postgres_ledger_book": "ledger_books",
     # issue 19: webhooks both ways
     "webhook": "webhook",
     "WebhookDelivery": "webhook",
@@ -121,6 +164,7 @@ __all__ = [
     "Task",
     "TaskOccurrence",
     "TaskScheduler",
+    "WorkerSettings",
     "WorkerStats",
     "concurrency_limiter",
     "execute_job",

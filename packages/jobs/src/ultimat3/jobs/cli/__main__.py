@@ -2,6 +2,6 @@
 
 import sys
 
-from ._main import main
+from ultimat3.jobs.cli._main import main
 
 sys.exit(main())

@@ -8,12 +8,10 @@ import time
 from typing import Any
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import MAX_JOB_PAGE, to_json_dict
-from ultimat3.jobs._ports import driver_backfills
-
-from ._driver import POSTGRES_MODULE, load_callable, maybe_await, redact
-from ._invocation import Commands, Invocation, add_command
-from ._output import Answer, backfill_table
+from ultimat3.jobs.adapter import MAX_JOB_PAGE, driver_backfills, to_json_dict
+from ultimat3.jobs.cli._driver import POSTGRES_MODULE, load_callable, maybe_await, redact
+from ultimat3.jobs.cli._invocation import Commands, Invocation, add_command
+from ultimat3.jobs.cli._output import Answer, backfill_table
 
 
 def register(root: Commands, common: argparse.ArgumentParser) -> None:

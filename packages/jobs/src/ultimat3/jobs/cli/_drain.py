@@ -21,12 +21,17 @@ import time
 from typing import Any, Final
 
 from ultimat3.core import XError
-from ultimat3.jobs._drain import DrainSource, Imported, JobImporter
-from ultimat3.jobs._ports import JobDriver, JobIntrospection, driver_introspect
-
-from ._driver import DRIVER_KINDS, DriverChoice, open_driver, redact
-from ._invocation import Invocation
-from ._output import Answer
+from ultimat3.jobs.adapter import (
+    DrainSource,
+    Imported,
+    JobDriver,
+    JobImporter,
+    JobIntrospection,
+    driver_introspect,
+)
+from ultimat3.jobs.cli._driver import DRIVER_KINDS, DriverChoice, open_driver, redact
+from ultimat3.jobs.cli._invocation import Invocation
+from ultimat3.jobs.cli._output import Answer
 
 DEFAULT_DRAIN_BATCH: Final = 500
 MAX_DRAIN_BATCH: Final = 1000

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from ultimat3.core import XError
-from ultimat3.jobs._ports import JobDriver, driver_members_missing
+from ultimat3.jobs.adapter import JobDriver, driver_members_missing
 
 DriverKind = Literal["postgres", "redis"]
 DRIVER_KINDS: Final[tuple[DriverKind, ...]] = ("postgres", "redis")

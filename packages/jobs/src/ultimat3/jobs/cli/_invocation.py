@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO, TypeAlias
 
 from ultimat3.core import XError
-from ultimat3.jobs._ports import JobDriver, JobIntrospection, driver_introspect
-
-from ._driver import DriverSource
-from ._output import Answer
+from ultimat3.jobs.adapter import JobDriver, JobIntrospection, driver_introspect
+from ultimat3.jobs.cli._driver import DriverSource
+from ultimat3.jobs.cli._output import Answer
 
 
 @dataclass(slots=True)

@@ -11,20 +11,20 @@ import json
 from typing import Any
 
 from ultimat3.core import XError, format_duration, from_epoch_ms, parse_duration
-from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     ALL_STATES,
     MAX_JOB_PAGE,
     BackfillRow,
     JobDetail,
     JobRow,
+    driver_backfills,
+    driver_introspect,
+    job_cursor,
     to_json_dict,
 )
-from ultimat3.jobs._ports import driver_backfills, driver_introspect
-
-from . import _drain
-from ._invocation import Commands, Invocation, add_command
-from ._output import Answer, backfill_table, clip, error_text, table, when
+from ultimat3.jobs.cli import _drain
+from ultimat3.jobs.cli._invocation import Commands, Invocation, add_command
+from ultimat3.jobs.cli._output import Answer, backfill_table, clip, error_text, table, when
 
 DEFAULT_PAGE = 50
 DEFAULT_COUNTER_WINDOW = "1h"

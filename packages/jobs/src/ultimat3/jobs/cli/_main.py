@@ -7,15 +7,15 @@ import asyncio
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from typing import NoReturn, TextIO
 
 from ultimat3.core import XError
-from ultimat3.jobs._ports import JobDriver
-
-from . import _db, _demo, _jobs, _scheduler, _tasks, _worker
-from ._driver import DRIVER_KINDS, DriverSource, choose_driver
-from ._invocation import Handler, Invocation
-from ._output import (
+from ultimat3.jobs.adapter import JobDriver
+from ultimat3.jobs.cli import _db, _jobs, _scheduler, _tasks, _worker
+from ultimat3.jobs.cli._driver import DRIVER_KINDS, DriverSource, choose_driver
+from ultimat3.jobs.cli._invocation import Handler, Invocation
+from ultimat3.jobs.cli._output import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -26,6 +26,8 @@ from ._output import (
 )
 
 PROG = "x"
+PLUGIN_GROUP = "ultimat3.cli"
+"""The entry point group other distributions register ``x`` subcommands in."""
 
 
 class UsageError(Exception):
@@ -93,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     _worker.register(root, common)
     _scheduler.register(root, common)
     _tasks.register(root, common)
-    _demo.register(root, common)
+    for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        register = entry.load()
+        register(root, common)
     return parser
 
 
@@ -152,7 +156,7 @@ def worker_pool_size(max_in_flight: object) -> int | None:
     """A worker capped at N runs needs N connections plus its own (claims, renewals): ``x worker
     --max-in-flight N`` sizes the pool it opens instead of refusing a too-small default."""
     if isinstance(max_in_flight, int) and not isinstance(max_in_flight, bool) and max_in_flight > 0:
-        from ultimat3.jobs._worker import WORKER_CONNECTIONS
+        from ultimat3.jobs._process.worker import WORKER_CONNECTIONS
 
         return max(10, max_in_flight + WORKER_CONNECTIONS)
     return None

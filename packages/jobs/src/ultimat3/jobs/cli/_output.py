@@ -17,7 +17,7 @@ from typing import Any, Final, TextIO
 from uuid import UUID
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import BackfillRow
+from ultimat3.jobs.adapter import BackfillRow
 
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1

@@ -12,13 +12,11 @@ import asyncio
 import contextlib
 
 from ultimat3.core import swap_adapter
-from ultimat3.jobs._model import to_json_dict
-from ultimat3.jobs.adapter import JOB_DRIVER
-
-from ._invocation import Commands, Invocation
-from ._output import Answer
-from ._tasks import app_tasks
-from ._worker import stop_signals
+from ultimat3.jobs.adapter import JOB_DRIVER, to_json_dict
+from ultimat3.jobs.cli._invocation import Commands, Invocation
+from ultimat3.jobs.cli._output import Answer
+from ultimat3.jobs.cli._tasks import app_tasks
+from ultimat3.jobs.cli._worker import stop_signals
 
 WATCH_S = 0.25
 """How often the command looks at the scheduler to report a change of lead."""
@@ -37,7 +35,7 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_scheduler(inv: Invocation) -> Answer:
-    from ultimat3.jobs._scheduler import task_scheduler
+    from ultimat3.jobs._process.scheduler import task_scheduler
 
     tasks = app_tasks(inv.args.app)
     driver = await inv.driver()

@@ -11,12 +11,11 @@ import argparse
 from typing import Any
 
 from ultimat3.core import XError, current_clock, from_epoch_ms
-from ultimat3.jobs._model import TaskFire
-from ultimat3.jobs._task import Task, next_task_run, tasks_of
-
-from ._invocation import Commands, Invocation, add_command
-from ._output import Answer, table, when
-from ._worker import load_jobs
+from ultimat3.jobs._declare.task import Task, next_task_run, tasks_of
+from ultimat3.jobs.adapter import TaskFire
+from ultimat3.jobs.cli._invocation import Commands, Invocation, add_command
+from ultimat3.jobs.cli._output import Answer, table, when
+from ultimat3.jobs.cli._worker import load_jobs
 
 
 def register(root: Commands, common: argparse.ArgumentParser) -> None:

@@ -21,11 +21,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from ultimat3.core import XError, swap_adapter
-from ultimat3.jobs._model import to_json_dict
-from ultimat3.jobs.adapter import JOB_DRIVER
-
-from ._invocation import Commands, Invocation
-from ._output import Answer
+from ultimat3.jobs.adapter import JOB_DRIVER, to_json_dict
+from ultimat3.jobs.cli._invocation import Commands, Invocation
+from ultimat3.jobs.cli._output import Answer
 
 if TYPE_CHECKING:
     from ultimat3.jobs import JobWorker
@@ -185,7 +183,7 @@ async def cmd_worker(inv: Invocation) -> Answer:
     queues = parse_queues(a.queues)
     endpoint = None
     if a.metrics_port is not None:
-        from ._metrics import serve_metrics
+        from ultimat3.jobs.cli._metrics import serve_metrics
 
         endpoint = serve_metrics(a.metrics_host, a.metrics_port)
         inv.progress(f"x worker: metrics on {endpoint.url}")

@@ -12,22 +12,26 @@ async with transaction(pool) as conn:             # business rows and jobs commi
     await notify_subscribers.enqueue({...})       # written on conn, in this transaction
 ```
 
-The schema is ``sql/schema.sql`` (authoritative), the statements ``sql/queries.sql``; see
+The schema is ``sql/schema.sql`` (authoritative), the statements ``sql/queries/*.sql``; see
 docs/postgres.md.
 """
 
-from ultimat3.jobs._model import AckRequest
-
-from ._driver import PostgresJobDriver, postgres_job_driver
-from ._events import PostgresEventBus, postgres_event_bus
-from ._introspect import PostgresJobIntrospection
-from ._leases import PostgresLeaseStore
-from ._migrate import migrate
-from ._outbox import PostgresOutboxStore, postgres_outbox_store
-from ._sql import outbox_channel, wake_channel
-from ._steps import PostgresStepStore
-from ._transaction import transaction
-from ._wake import QueueWake, start_queue_wake
+from ultimat3.jobs.adapter import AckRequest
+from ultimat3.jobs.postgres._driver import (
+    PostgresJobDriver,
+    postgres_event_bus,
+    postgres_job_driver,
+    start_queue_wake,
+)
+from ultimat3.jobs.postgres._events import PostgresEventBus
+from ultimat3.jobs.postgres._introspect import PostgresJobIntrospection
+from ultimat3.jobs.postgres._leases import PostgresLeaseStore
+from ultimat3.jobs.postgres._migrate import migrate
+from ultimat3.jobs.postgres._outbox import PostgresOutboxStore, postgres_outbox_store
+from ultimat3.jobs.postgres._sql import outbox_channel, wake_channel
+from ultimat3.jobs.postgres._steps import PostgresStepStore
+from ultimat3.jobs.postgres._transaction import transaction
+from ultimat3.jobs.postgres._wake import QueueWake
 
 __all__ = [
     "AckRequest",

@@ -10,11 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ultimat3.jobs._model import ENQUEUE_CHUNK, AckRequest
-from ultimat3.jobs._stepless import Stepless
-
-from ._db import Database
-from ._rows import fenced_ids, ms_param, to_json_text
+from ultimat3.jobs.adapter import ENQUEUE_CHUNK, AckRequest, Stepless
+from ultimat3.jobs.postgres._db import Database
+from ultimat3.jobs.postgres._rows import fenced_ids, ms_param, to_json_text
 
 
 @dataclass(slots=True)

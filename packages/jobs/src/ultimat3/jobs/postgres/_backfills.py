@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid, new_id
-from ultimat3.jobs._model import MAX_JOB_PAGE, BackfillRow
-
-from ._db import Database
-from ._rows import backfill_row, check_text, to_json_text
+from ultimat3.jobs.adapter import MAX_JOB_PAGE, BackfillRow
+from ultimat3.jobs.postgres._db import Database
+from ultimat3.jobs.postgres._rows import backfill_row, check_text, to_json_text
 
 BACKFILL_STATES: Final = ("running", "done", "failed", "cancelled")
 

@@ -23,8 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.core import XError
-
-from ._sql import check_schema_name, compile_queries
+from ultimat3.jobs.postgres._sql import check_schema_name, compile_queries
 
 Conn: TypeAlias = psycopg.AsyncConnection[Any]
 Cursor: TypeAlias = psycopg.AsyncCursor[Any]

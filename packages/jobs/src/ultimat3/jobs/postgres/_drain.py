@@ -10,12 +10,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ultimat3.jobs._drain import MovedJob
-
-from ._db import Conn, Database
+from ultimat3.jobs.adapter import MovedJob
+from ultimat3.jobs.postgres._db import Conn, Database
 
 if TYPE_CHECKING:
-    from ._driver import PostgresJobDriver
+    from ultimat3.jobs.postgres._driver import PostgresJobDriver
 
 
 @dataclass(slots=True)

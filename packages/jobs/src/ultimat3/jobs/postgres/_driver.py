@@ -1,6 +1,6 @@
 """``PostgresJobDriver``: the default, durable ``JobDriver`` over psycopg 3 and psycopg_pool.
 
-One statement per operation wherever one serves (sql/queries.sql names each and the index it
+One statement per operation wherever one serves (sql/queries/*.sql names each and the index it
 reads): an enqueue is one INSERT ... ON CONFLICT with its notify, a claim is one
 ``FOR UPDATE SKIP LOCKED`` statement that never hands out more than its limit, and every settle
 is fenced on ``(worker_id, claim)`` and moves its counter in the same statement. Every time is the
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ultimat3.core import XError, log_event
-from ultimat3.jobs._introspect_rules import sample_queue_names
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     DEPTH_SAMPLE_CAP,
+    EXHAUSTED_BUFFER,
     AckRequest,
     ClaimedJob,
     EnqueueColumns,
@@ -26,19 +26,19 @@ from ultimat3.jobs._model import (
     NackOutcome,
     QueueSample,
     QueueStats,
+    Stepless,
     StepState,
     WorkerRow,
+    sample_queue_names,
 )
-from ultimat3.jobs._ports import EXHAUSTED_BUFFER
-from ultimat3.jobs._stepless import Stepless
-
-from ._acks import AckBatcher
-from ._backfills import PostgresBackfillLedger
-from ._db import Conn, Database, Pool, is_psycopg_async_connection
-from ._enqueue import Enqueuer
-from ._introspect import PostgresJobIntrospection, purge
-from ._leases import PostgresLeaseStore
-from ._rows import (
+from ultimat3.jobs.postgres._acks import AckBatcher
+from ultimat3.jobs.postgres._backfills import PostgresBackfillLedger
+from ultimat3.jobs.postgres._db import Conn, Database, Pool, is_psycopg_async_connection
+from ultimat3.jobs.postgres._enqueue import Enqueuer
+from ultimat3.jobs.postgres._events import PostgresEventBus
+from ultimat3.jobs.postgres._introspect import PostgresJobIntrospection, purge
+from ultimat3.jobs.postgres._leases import PostgresLeaseStore
+from ultimat3.jobs.postgres._rows import (
     check_text,
     fenced_ids,
     json_or_none,
@@ -46,14 +46,11 @@ from ._rows import (
     to_json_text,
     worker_row,
 )
-from ._steps import PostgresStepStore
+from ultimat3.jobs.postgres._steps import PostgresStepStore
+from ultimat3.jobs.postgres._wake import QueueWake
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
-if TYPE_CHECKING:
-    from ._events import PostgresEventBus
-    from ._wake import QueueWake
-
 _ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()
 
@@ -152,17 +149,13 @@ class PostgresJobDriver:
         """Driver extra: start this process's LISTEN session (``start_queue_wake``), so an idle
         worker passes as soon as a job of one of its ``queues`` commits: pass ``worker.wake``.
         ``await wake.stop()`` at shutdown; ``wake.proven`` says the 5 s idle ceiling is safe."""
-        from ._wake import start_queue_wake
-
         return await start_queue_wake(self, on_wake, queues=queues)
 
     def event_bus(self) -> PostgresEventBus:
         """Driver extra: ``postgres_event_bus(self)`` (the same one every call), what a worker
         with no event bus of its own waits on (``step.wait_for_event``)."""
         if self._bus is None:
-            from ._events import PostgresEventBus
-
-            self._bus = PostgresEventBus(self)
+            self._bus = PostgresEventBus(self._db)
         return self._bus
 
     async def now_ms(self) -> int:
@@ -503,7 +496,7 @@ class PostgresJobDriver:
     async def fire_task(
         self, task: str, occurrence_ms: int, requests: Sequence[EnqueueRequest]
     ) -> bool:
-        """One occurrence of a task in ONE statement (``fire_task`` in queries.sql): the
+        """One occurrence of a task in ONE statement (``fire_task`` in sql/queries/): the
         watermark and the jobs move together, or neither does. Every request is checked first;
         two sharing a live key (or an id) are one job, as in ``enqueue_many``."""
         check_text(task, what="fire_task: the task name")
@@ -569,3 +562,33 @@ def postgres_job_driver(
         timeout_s=timeout_s,
         notify_window_ms=notify_window_ms,
     )
+
+
+def postgres_event_bus(driver: PostgresJobDriver) -> PostgresEventBus:
+    """The event bus over ``driver``'s database and schema: ``install_adapter(EVENT_BUS, bus)``."""
+    return driver.event_bus()
+
+
+async def start_queue_wake(
+    driver: PostgresJobDriver,
+    on_wake: Callable[[str], object],
+    *,
+    queues: Collection[str] | None = None,
+    dsn: str | None = None,
+    probe_timeout_s: float = 2.0,
+    probe_every_s: float = 30.0,
+) -> QueueWake:
+    """Start the LISTEN session of this process: ``on_wake(queue)`` runs for every notification
+    of a served queue (all queues when ``queues`` is None; after a re-dial, once per served
+    queue, or once with ``'*'`` when serving all). ``dsn`` names the session's server when it
+    must differ from the driver's (a direct URL beside a pooled one). ``await wake.stop()``."""
+    wake = QueueWake(
+        driver._db,
+        on_wake,
+        queues=queues,
+        dsn=dsn,
+        probe_timeout_s=probe_timeout_s,
+        probe_every_s=probe_every_s,
+    )
+    await wake.start()
+    return wake

@@ -26,16 +26,22 @@ from typing import Any, Final, cast
 from psycopg import errors as pg_errors
 
 from ultimat3.core import XError, is_lowercase_uuid, log_event
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     ENQUEUE_CHUNK,
     MAX_ENQUEUE_BATCH,
     EnqueueColumns,
     EnqueueRequest,
     EnqueueResult,
 )
-
-from ._db import Conn, Database
-from ._rows import check_text, check_uuid, is_plain_json, json_form, json_text, ms_param
+from ultimat3.jobs.postgres._db import Conn, Database
+from ultimat3.jobs.postgres._rows import (
+    check_text,
+    check_uuid,
+    is_plain_json,
+    json_form,
+    json_text,
+    ms_param,
+)
 
 ENQUEUE_ROUNDS: Final = 5
 _INSERTED: Final[Any] = object()
@@ -146,7 +152,7 @@ _COLUMNS: Final[tuple[tuple[str, Callable[[Sequence[Any]], str | None]], ...]] =
     ("run_at_ms", array_ints),
     ("delay_ms", array_ints),
 )
-"""The parameters of `enqueue_many_input` (queries.sql) that ``_FIELDS`` fills, in its order,
+"""The parameters of `enqueue_many_input` (sql/queries/) that ``_FIELDS`` fills, in its order,
 each with the function that writes its array literal."""
 _TEXT: Final[frozenset[type]] = frozenset({str})
 _TEXT_OR_NONE: Final[frozenset[type]] = frozenset({str, type(None)})
@@ -210,7 +216,7 @@ def _write_chunk(
     traces: Sequence[Mapping[str, str] | None],
     names: Sequence[tuple[str, str]],
 ) -> dict[str, str | None]:
-    """A chunk as the typed arrays `enqueue_many_input` in queries.sql reads: ``columns`` in
+    """A chunk as the typed arrays `enqueue_many_input` in sql/queries/ reads: ``columns`` in
     ``_COLUMNS`` order, one array literal each in input order (joined in C, parsed by the
     server's array input), and the payloads as ONE json array: one json.dumps here, one parse on
     the server. ``names`` (id, job name) per row name a payload that holds a NUL."""

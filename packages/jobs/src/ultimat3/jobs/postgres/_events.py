@@ -12,10 +12,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ultimat3.core import XError
-
-from ._db import Conn, is_psycopg_async_connection
-from ._driver import PostgresJobDriver
-from ._rows import check_text, to_json_text
+from ultimat3.jobs.postgres._db import Conn, Database, is_psycopg_async_connection
+from ultimat3.jobs.postgres._rows import check_text, to_json_text
 
 POSTGRES_EVENT_POLL_MS: Final = 15 * 60_000
 """The backstop poll of a wait on this bus: the publish itself wakes the waiters."""
@@ -26,8 +24,8 @@ class PostgresEventBus:
 
     default_poll_ms: Final = POSTGRES_EVENT_POLL_MS
 
-    def __init__(self, driver: PostgresJobDriver) -> None:
-        self._db = driver._db
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def __repr__(self) -> str:
         return f"PostgresEventBus(schema={self._db.schema!r})"
@@ -72,8 +70,3 @@ class PostgresEventBus:
             what=f"reading events {event!r}",
         )
         return [r[0] for r in rows]
-
-
-def postgres_event_bus(driver: PostgresJobDriver) -> PostgresEventBus:
-    """The event bus over ``driver``'s database and schema: ``install_adapter(EVENT_BUS, bus)``."""
-    return PostgresEventBus(driver)

@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from psycopg import errors as pg_errors
 
 from ultimat3.core import XError, is_lowercase_uuid
-from ultimat3.jobs._cursor import parse_job_cursor
-from ultimat3.jobs._introspect_rules import (
-    check_name,
-    check_page,
-    check_requeueable_state,
-    check_state,
-    job_not_found,
-)
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     DEAD_RETENTION_MS,
     DONE_RETENTION_MS,
     MAX_BULK_ROWS,
@@ -34,10 +26,15 @@ from ultimat3.jobs._model import (
     StepRecord,
     TaskFire,
     WorkerRow,
+    check_name,
+    check_page,
+    check_requeueable_state,
+    check_state,
+    job_not_found,
+    parse_job_cursor,
 )
-
-from ._db import Database
-from ._rows import (
+from ultimat3.jobs.postgres._db import Database
+from ultimat3.jobs.postgres._rows import (
     check_text,
     job_detail,
     job_row,
@@ -46,9 +43,6 @@ from ._rows import (
     utc,
     worker_row,
 )
-
-if TYPE_CHECKING:
-    from ultimat3.jobs._task import Task
 
 PURGE_BATCH: Final = 5000
 """Rows one purge statement deletes; the purge loops until a batch comes back short."""
@@ -415,12 +409,6 @@ class PostgresJobIntrospection:
     async def task_fires(self) -> builtins.list[TaskFire]:
         rows = await self._db.fetchall("task_fires", {"limit": MAX_TASK_FIRES}, what="task fires")
         return [TaskFire(task=r[0], occurrence_ms=int(r[1]), fired_at=utc(r[2])) for r in rows]
-
-    def next_task_run(self, task: Task, from_: datetime | int) -> datetime:
-        """The scheduler's own resolver: the next occurrence strictly after ``from_``."""
-        from ultimat3.jobs._task import next_task_run
-
-        return next_task_run(task, from_)
 
     async def workers(self) -> builtins.list[WorkerRow]:
         rows = await self._db.fetchall("workers", {}, what="workers")

@@ -9,10 +9,9 @@ handed out before it, for any key (the database's counter, never a clock).
 from __future__ import annotations
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import LeaseGrant
-
-from ._db import Database
-from ._rows import check_text
+from ultimat3.jobs.adapter import LeaseGrant
+from ultimat3.jobs.postgres._db import Database
+from ultimat3.jobs.postgres._rows import check_text
 
 _ATTEMPTS = 8
 """How often acquire asks again after losing a slot it saw free to another worker."""

@@ -15,9 +15,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.core import XError, log_event
-
-from ._db import Conn, Pool, wrap_errors
-from ._sql import blocks, check_schema_name, compile_queries, migration_files
+from ultimat3.jobs.postgres._db import Conn, Pool, wrap_errors
+from ultimat3.jobs.postgres._sql import blocks, check_schema_name, compile_queries, migration_files
 
 
 def migrate_lock_key(schema: str) -> int:

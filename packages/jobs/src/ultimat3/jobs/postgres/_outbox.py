@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import EnqueueRequest
-
-from ._db import Conn, Database, Pool, is_psycopg_async_connection
-from ._rows import check_text, check_uuid, json_form
+from ultimat3.jobs.adapter import EnqueueRequest
+from ultimat3.jobs.postgres._db import Conn, Database, Pool, is_psycopg_async_connection
+from ultimat3.jobs.postgres._rows import check_text, check_uuid, json_form
 
 
 def _row(req: EnqueueRequest) -> dict[str, Any]:

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid, to_json_form
-from ultimat3.jobs._model import BackfillRow, JobDetail, JobRow, StepRecord, WorkerRow
+from ultimat3.jobs.adapter import BackfillRow, JobDetail, JobRow, StepRecord, WorkerRow
 
 JOB_COLUMNS: Final = 20
-"""How many columns the ``job_columns`` fragment of ``queries.sql`` selects."""
+"""How many columns the ``job_columns`` fragment of ``sql/queries/*.sql`` selects."""
 
 
 def utc(value: datetime) -> datetime:
@@ -25,7 +25,7 @@ def utc_or_none(value: datetime | None) -> datetime | None:
 
 
 def job_row(r: Sequence[Any]) -> JobRow:
-    """A ``JobRow`` from the first ``JOB_COLUMNS`` columns (``job_columns`` in queries.sql)."""
+    """A ``JobRow`` from the first ``JOB_COLUMNS`` columns (``job_columns`` in sql/queries/)."""
     return JobRow(
         id=r[0],
         run_id=r[1],

@@ -1,4 +1,5 @@
-"""The driver's SQL: named blocks of ``sql/queries.sql``, compiled once per schema.
+"""The driver's SQL: named blocks of ``sql/queries/*.sql`` (one file per concern), compiled once
+per schema.
 
 Every table name is a ``psycopg.sql.Identifier`` qualified by the schema, so a hostile schema name
 is quoted, never spliced; literals (the notify channel, the counter tiers) are
@@ -18,7 +19,7 @@ from typing import Final
 from psycopg import sql
 
 from ultimat3.core import XError
-from ultimat3.jobs._model import COUNTER_TIERS
+from ultimat3.jobs.adapter import COUNTER_TIERS
 
 TABLES: Final[tuple[str, ...]] = (
     "x_schema_migrations",
@@ -42,7 +43,7 @@ _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
 def sql_text(name: str) -> str:
-    """A file of the ``sql`` folder (``schema.sql``, ``queries.sql``) as text."""
+    """A file of the ``sql`` folder (``schema.sql``, ``sql/queries/*.sql``) as text."""
     return resources.files(__package__).joinpath("sql", name).read_text(encoding="utf-8")
 
 
@@ -58,18 +59,33 @@ def migration_files() -> list[tuple[int, str, str]]:
     return out
 
 
+QUERY_FILES: Final = "queries"
+"""The folder of ``sql`` holding the statements, one file per concern (enqueue, claim, settle,
+introspect, leases, outbox, events, tasks, counters, ...)."""
+
+
 @cache
 def blocks() -> MappingProxyType[str, str]:
-    """The named blocks of ``queries.sql``, each without its leading comment lines."""
-    text = sql_text("queries.sql")
+    """The named blocks of every ``sql/queries/*.sql``, each without its leading comment lines;
+    a name is unique across the files (a second one is a bug, refused here)."""
+    folder = resources.files(__package__).joinpath("sql", QUERY_FILES)
     found: dict[str, str] = {}
-    marks = list(_NAME.finditer(text))
-    for i, mark in enumerate(marks):
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        lines = text[mark.end() : end].strip("\n").splitlines()
-        while lines and lines[0].lstrip().startswith("--"):
-            lines.pop(0)
-        found[mark.group(1)] = "\n".join(lines).strip()
+    where: dict[str, str] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        text = entry.read_text(encoding="utf-8")
+        marks = list(_NAME.finditer(text))
+        for i, mark in enumerate(marks):
+            end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+            lines = text[mark.end() : end].strip("\n").splitlines()
+            while lines and lines[0].lstrip().startswith("--"):
+                lines.pop(0)
+            name = mark.group(1)
+            if name in found:
+                raise RuntimeError(f"sql block {name!r} is named in {where[name]} and {entry.name}")
+            found[name] = "\n".join(lines).strip()
+            where[name] = entry.name
     return MappingProxyType(found)
 
 
@@ -126,7 +142,7 @@ def _int_array(values: tuple[int, ...]) -> sql.Composable:
 
 @cache
 def compile_queries(schema: str) -> MappingProxyType[str, str]:
-    """Every block of ``queries.sql`` rendered for ``schema``: fragments pasted in, tables as
+    """Every block of ``sql/queries/*.sql`` rendered for ``schema``: fragments pasted in, tables as
     quoted qualified identifiers, literals quoted."""
     check_schema_name(schema)
     fills: dict[str, sql.Composable] = {t: sql.Identifier(schema, t) for t in TABLES}

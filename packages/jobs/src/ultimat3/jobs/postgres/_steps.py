@@ -7,11 +7,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ultimat3.core import XError, is_lowercase_uuid
-from ultimat3.jobs._model import StepRecord, StepState
-from ultimat3.jobs._stepless import Stepless
-
-from ._db import Database
-from ._rows import check_text, fenced_ids, json_or_none, step_record, to_json_text
+from ultimat3.jobs.adapter import Stepless, StepRecord, StepState
+from ultimat3.jobs.postgres._db import Database
+from ultimat3.jobs.postgres._rows import (
+    check_text,
+    fenced_ids,
+    json_or_none,
+    step_record,
+    to_json_text,
+)
 
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
 

@@ -9,8 +9,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.core import XError, use_connection
-
-from ._db import Conn, Pool
+from ultimat3.jobs.postgres._db import Conn, Pool
 
 
 @asynccontextmanager

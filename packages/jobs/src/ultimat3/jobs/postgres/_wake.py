@@ -31,9 +31,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ultimat3.core import XError, log_event, new_id
-
-from ._driver import PostgresJobDriver
-from ._sql import EVENT_NOTE, wake_channel
+from ultimat3.jobs.postgres._db import Database
+from ultimat3.jobs.postgres._sql import EVENT_NOTE, wake_channel
 
 PROBE_PREFIX: Final = "\x01x-probe:"
 """A probe's payload starts so (no queue is named that way); other processes' probes are
@@ -57,7 +56,7 @@ class QueueWake:
 
     def __init__(
         self,
-        driver: PostgresJobDriver,
+        db: Database,
         on_wake: Callable[[str], object],
         *,
         queues: Collection[str] | None = None,
@@ -72,12 +71,11 @@ class QueueWake:
                 f"queue wake: probe_timeout_s {probe_timeout_s}, probe_every_s {probe_every_s} "
                 f"and redial_max_s {redial_max_s} must all be positive",
             )
-        self._driver = driver
-        self._db = driver._db
+        self._db = db
         self._on_wake = on_wake
         self._queues = None if queues is None else frozenset(queues)
         self._dsn = dsn or self._db.conninfo()
-        self._channel = wake_channel(driver.schema)
+        self._channel = wake_channel(db.schema)
         self._probe_timeout_s = probe_timeout_s
         self._probe_every_s = probe_every_s
         self._redial_max_s = redial_max_s
@@ -273,28 +271,3 @@ class QueueWake:
             if pending is None and now >= next_probe:
                 pending = await self._probe()
                 deadline = time.monotonic() + self._probe_timeout_s
-
-
-async def start_queue_wake(
-    driver: PostgresJobDriver,
-    on_wake: Callable[[str], object],
-    *,
-    queues: Collection[str] | None = None,
-    dsn: str | None = None,
-    probe_timeout_s: float = 2.0,
-    probe_every_s: float = 30.0,
-) -> QueueWake:
-    """Start the LISTEN session of this process: ``on_wake(queue)`` runs for every notification
-    of a served queue (all queues when ``queues`` is None; after a re-dial, once per served
-    queue, or once with ``'*'`` when serving all). ``dsn`` names the session's server when it
-    must differ from the driver's (a direct URL beside a pooled one). ``await wake.stop()``."""
-    wake = QueueWake(
-        driver,
-        on_wake,
-        queues=queues,
-        dsn=dsn,
-        probe_timeout_s=probe_timeout_s,
-        probe_every_s=probe_every_s,
-    )
-    await wake.start()
-    return wake

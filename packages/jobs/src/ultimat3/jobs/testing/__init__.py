@@ -13,13 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._crash import CrashReport, crash_proof
-from ._harness import JobHarness, JobTrace, job_harness
-from ._simulate import SimRun, SimState, SimulationReport, simulate_jobs
+from ultimat3.jobs.testing._crash import CrashReport, crash_proof
+from ultimat3.jobs.testing._harness import JobHarness, JobTrace, job_harness
+from ultimat3.jobs.testing._simulate import SimRun, SimState, SimulationReport, simulate_jobs
 
 if TYPE_CHECKING:
-    from ._conformance import JobDriverConformance
-    from ._strategies import (
+    from ultimat3.jobs.testing._conformance import JobDriverConformance
+    from ultimat3.jobs.testing._strategies import (
         enqueue_batches,
         enqueue_requests,
         idempotency_keys,

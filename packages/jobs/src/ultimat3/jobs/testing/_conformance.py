@@ -20,11 +20,11 @@ and those tests then check that the driver really has none, instead of skipping.
 
 from __future__ import annotations
 
-from ._conformance_base import ConformanceBase
-from ._conformance_inspect import InspectConformance
-from ._conformance_operate import OperateConformance
-from ._conformance_queue import QueueConformance
-from ._conformance_runs import RunConformance
+from ultimat3.jobs.testing._conformance_base import ConformanceBase
+from ultimat3.jobs.testing._conformance_inspect import InspectConformance
+from ultimat3.jobs.testing._conformance_operate import OperateConformance
+from ultimat3.jobs.testing._conformance_queue import QueueConformance
+from ultimat3.jobs.testing._conformance_runs import RunConformance
 
 __all__ = ["ConformanceBase", "JobDriverConformance"]
 

@@ -11,15 +11,13 @@ from typing import Any, ClassVar, TypedDict
 import pytest
 
 from ultimat3.core import XError, new_id
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
+    BackfillLedger,
     ClaimedJob,
     EnqueueRequest,
-    JobState,
-)
-from ultimat3.jobs._ports import (
-    BackfillLedger,
     JobDriver,
     JobIntrospection,
+    JobState,
     LeaseStore,
     driver_backfills,
     driver_introspect,

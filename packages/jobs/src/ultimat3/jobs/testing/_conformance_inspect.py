@@ -5,16 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from ultimat3.core import new_id
-from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     MAX_BULK_ROWS,
     MAX_JOB_PAGE,
-)
-from ultimat3.jobs._ports import (
     JobDriver,
+    job_cursor,
 )
-
-from ._conformance_base import ConformanceBase, held_by, refused, uniq
+from ultimat3.jobs.testing._conformance_base import ConformanceBase, held_by, refused, uniq
 
 
 class InspectConformance(ConformanceBase):

@@ -7,16 +7,13 @@ import contextlib
 from datetime import datetime
 
 from ultimat3.core import XError, new_id
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
     MAX_BULK_ROWS,
-)
-from ultimat3.jobs._ports import (
     JobDriver,
     TaskFirer,
     WorkerRegistry,
 )
-
-from ._conformance_base import LONG_VT, ConformanceBase, held_by, refused, uniq
+from ultimat3.jobs.testing._conformance_base import LONG_VT, ConformanceBase, held_by, refused, uniq
 
 
 class OperateConformance(ConformanceBase):

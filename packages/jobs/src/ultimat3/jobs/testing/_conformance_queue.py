@@ -7,10 +7,16 @@ from dataclasses import replace
 from typing import Any
 
 from ultimat3.core import new_id
-from ultimat3.jobs._model import AckRequest, EnqueueColumns, NackOutcome
-from ultimat3.jobs._ports import BatchSettler, ColumnEnqueuer, JobDriver, QueueSampler
-
-from ._conformance_base import LONG_VT, ConformanceBase, held_by, refused, uniq
+from ultimat3.jobs.adapter import (
+    AckRequest,
+    BatchSettler,
+    ColumnEnqueuer,
+    EnqueueColumns,
+    JobDriver,
+    NackOutcome,
+    QueueSampler,
+)
+from ultimat3.jobs.testing._conformance_base import LONG_VT, ConformanceBase, held_by, refused, uniq
 
 
 class QueueConformance(ConformanceBase):

@@ -6,16 +6,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ultimat3.core import capture_log_events
-from ultimat3.jobs._model import (
+from ultimat3.jobs.adapter import (
+    ExhaustionReporter,
+    JobDriver,
     NackOutcome,
     QueueStats,
 )
-from ultimat3.jobs._ports import (
-    ExhaustionReporter,
-    JobDriver,
-)
-
-from ._conformance_base import LONG_VT, ConformanceBase, held_by, uniq
+from ultimat3.jobs.testing._conformance_base import LONG_VT, ConformanceBase, held_by, uniq
 
 
 class RunConformance(ConformanceBase):

@@ -28,17 +28,25 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ultimat3.core import FrozenClock, XError, new_id, swap_adapter, to_epoch_ms, use_clock
-from ultimat3.jobs._compensation import attempts_for
-from ultimat3.jobs._declare import Job
-from ultimat3.jobs._events import memory_event_bus
-from ultimat3.jobs._execute import execute_job
-from ultimat3.jobs._model import LIVE_STATES, EnqueueRequest, JobDetail, JobState, StepRecord
-from ultimat3.jobs._observe import RunEvent, RunObserver
-from ultimat3.jobs._outcome import ExecutionSettings
-from ultimat3.jobs._ports import EventBus, JobDriver, driver_introspect
-from ultimat3.jobs._steps import COMPENSATE_PREFIX, RESERVED_STEP
-from ultimat3.jobs.adapter import EVENT_BUS, JOB_DRIVER
-from ultimat3.jobs.drivers.memory import memory_job_driver
+from ultimat3.jobs._declare.job import Job
+from ultimat3.jobs._declare.policy import attempts_for
+from ultimat3.jobs._run.execute import execute_job
+from ultimat3.jobs._run.observe import RunEvent, RunObserver
+from ultimat3.jobs._run.outcome import ExecutionSettings
+from ultimat3.jobs._run.steps import COMPENSATE_PREFIX, RESERVED_STEP
+from ultimat3.jobs.adapter import (
+    EVENT_BUS,
+    JOB_DRIVER,
+    LIVE_STATES,
+    EnqueueRequest,
+    EventBus,
+    JobDetail,
+    JobDriver,
+    JobState,
+    StepRecord,
+    driver_introspect,
+)
+from ultimat3.jobs.memory import memory_event_bus, memory_job_driver
 
 MAX_CLAIMS: Final = 10_000
 """Claims one ``crash_proof`` makes at most before it calls the run stuck."""

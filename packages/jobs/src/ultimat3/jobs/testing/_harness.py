@@ -21,15 +21,21 @@ from types import TracebackType
 from typing import Any
 
 from ultimat3.core import FrozenClock, XError, swap_adapter, to_epoch_ms, use_clock
-from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._declare import Job
-from ultimat3.jobs._events import MemoryEventBus, memory_event_bus
-from ultimat3.jobs._limiter import ConcurrencyLimiter
-from ultimat3.jobs._model import EnqueueResult, JobDetail, JobRow
-from ultimat3.jobs._ports import JobDriver, JobIntrospection, driver_introspect
-from ultimat3.jobs._worker import JobWorker, job_worker
-from ultimat3.jobs.adapter import EVENT_BUS, JOB_DRIVER
-from ultimat3.jobs.drivers.memory import memory_job_driver
+from ultimat3.jobs._declare.job import Job
+from ultimat3.jobs._process.worker import JobWorker, job_worker
+from ultimat3.jobs._run.limiter import ConcurrencyLimiter
+from ultimat3.jobs.adapter import (
+    EVENT_BUS,
+    JOB_DRIVER,
+    EnqueueResult,
+    JobDetail,
+    JobDriver,
+    JobIntrospection,
+    JobRow,
+    driver_introspect,
+    job_cursor,
+)
+from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus, memory_job_driver
 
 JobTrace = JobDetail
 """What a drain answers: the job's row with ``steps[name].executions / .output / .state``."""

@@ -38,15 +38,19 @@ from ultimat3.core import (
     to_epoch_ms,
     use_clock,
 )
-from ultimat3.jobs._cursor import job_cursor
-from ultimat3.jobs._declare import Job
-from ultimat3.jobs._events import memory_event_bus
-from ultimat3.jobs._execute import execute_job
-from ultimat3.jobs._model import LIVE_STATES, ClaimedJob, JobDetail
-from ultimat3.jobs._observe import RunEvent, RunObserver
-from ultimat3.jobs._outcome import ExecutionSettings
-from ultimat3.jobs.adapter import EVENT_BUS, JOB_DRIVER
-from ultimat3.jobs.drivers.memory import MemoryJobDriver, memory_job_driver
+from ultimat3.jobs._declare.job import Job
+from ultimat3.jobs._run.execute import execute_job
+from ultimat3.jobs._run.observe import RunEvent, RunObserver
+from ultimat3.jobs._run.outcome import ExecutionSettings
+from ultimat3.jobs.adapter import (
+    EVENT_BUS,
+    JOB_DRIVER,
+    LIVE_STATES,
+    ClaimedJob,
+    JobDetail,
+    job_cursor,
+)
+from ultimat3.jobs.memory import MemoryJobDriver, memory_event_bus, memory_job_driver
 
 SIM_VISIBILITY_MS: Final = 30_000
 """The leases' window on the frozen clock; time only moves by a ``tick`` or a ``stall``, and a

@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ultimat3.jobs._model import EnqueueRequest
+from ultimat3.jobs.adapter import EnqueueRequest
 
 __all__ = [
     "enqueue_batches",

@@ -1,0 +1,69 @@
+"""The outbox relay: moves committed, staged enqueues onto the job driver.
+
+One pass claims a batch (``batch_size``, 500 by default) and publishes it in two calls —
+``driver.enqueue_many`` then ``store.mark_published_many``. A batch that fails anywhere falls
+back to the row loop for that batch, which publishes in order up to the failing row, releases the
+rest, and names the poison row in ``jobs.outbox.publish-failed``. Every row is published under the
+id it was staged with, so a batch republished after a crash before its mark adds no row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ultimat3.core import adapter, log_event
+
+if TYPE_CHECKING:
+    from ultimat3.jobs.adapter import EnqueueRequest, JobDriver, OutboxStore
+
+DEFAULT_RELAY_BATCH = 500
+DEFAULT_RELAY_LEASE_MS = 30_000
+
+
+async def outbox_relay(
+    store: OutboxStore | None = None,
+    driver: JobDriver | None = None,
+    *,
+    batch_size: int = DEFAULT_RELAY_BATCH,
+    lease_ms: int = DEFAULT_RELAY_LEASE_MS,
+) -> int:
+    """One relay pass: publish up to ``batch_size`` committed rows; answers how many landed.
+    ``store`` and ``driver`` default to the installed adapters."""
+    from ultimat3.jobs.adapter import JOB_DRIVER, OUTBOX_STORE
+
+    store = store if store is not None else adapter(OUTBOX_STORE)
+    driver = driver if driver is not None else adapter(JOB_DRIVER)
+    batch = await store.claim_batch(limit=batch_size, lease_ms=lease_ms)
+    if not batch:
+        return 0
+    ids = [row_id for row_id, _ in batch]
+    try:
+        await driver.enqueue_many([request for _, request in batch])
+    except Exception:
+        return await _row_loop(store, driver, batch)
+    mark = getattr(store, "mark_published_many", None)
+    if mark is not None:
+        await mark(ids)
+    return len(batch)
+
+
+async def _row_loop(
+    store: OutboxStore, driver: JobDriver, batch: list[tuple[str, EnqueueRequest]]
+) -> int:
+    published = 0
+    for index, (row_id, request) in enumerate(batch):
+        try:
+            await driver.enqueue(request)
+        except Exception as exc:
+            log_event(
+                "jobs.outbox.publish-failed",
+                row_id=row_id,
+                job=request.name,
+                job_id=request.id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            await store.release([rid for rid, _ in batch[index:]])
+            return published
+        await store.mark_published_many([row_id])
+        published += 1
+    return published

@@ -1,0 +1,175 @@
+-- ultimat3.jobs, claim: rows due now, in one statement; progress, queue stats, samples, waking waiters.
+-- The rules every statement file follows are at the top of common.sql.
+
+-- name: claim
+-- Hand out at most %(limit)s due jobs. Served by x_jobs_claim_idx and x_jobs_lapsed_idx (one
+-- ordered range scan of each per unpaused queue, LATERAL: ready rows by run_at, running rows
+-- whose lease lapsed by lease_expires_at). Candidates
+-- are locked (FOR UPDATE SKIP LOCKED) and MATERIALIZED before any UPDATE reads them, so the
+-- statement can never hand out more than the limit; the UPDATEs address the locked ids through
+-- x_jobs_pkey. A lapsed row on its final attempt is buried here (dead, or failed for the
+-- no_dead_letter names) with X_JOB_LEASE_LOST, counted, and returned as kind 'buried'. Each
+-- claimed row says whether it has steps (x_job_steps_pkey), so the run's first steps.load of a
+-- step-less job costs no round trip.
+WITH queues AS (
+    SELECT DISTINCT q.queue
+    FROM unnest(%(queues)s::text[]) AS q (queue)
+    WHERE NOT EXISTS (SELECT 1 FROM {x_paused_queues} p WHERE p.queue = q.queue)
+),
+due AS MATERIALIZED (
+    SELECT d.id, d.run_at
+    FROM queues
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at
+        FROM {x_jobs} j
+        WHERE j.queue = queues.queue
+          AND j.state IN ('ready', 'delayed', 'suspended')
+          AND j.run_at <= now()
+        ORDER BY j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) d
+),
+lapsed AS MATERIALIZED (
+    SELECT l.id, l.run_at, l.exhausted, l.worker_id
+    FROM queues
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS exhausted, j.worker_id
+        FROM {x_jobs} j
+        WHERE j.queue = queues.queue
+          AND j.state = 'running'
+          AND j.lease_expires_at <= now()
+        ORDER BY j.lease_expires_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) l
+),
+picked AS MATERIALIZED (
+    SELECT c.id
+    FROM (
+        SELECT id, run_at FROM due
+        UNION ALL
+        SELECT id, run_at FROM lapsed WHERE NOT exhausted
+    ) c
+    ORDER BY c.run_at, c.id
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'running',
+        attempts = j.attempts + 1,
+        worker_id = %(worker_id)s,
+        claim = gen_random_uuid(),
+        lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
+        wait_event = NULL,
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.run_id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.claim,
+              j.lease_expires_at, j.idempotency_key, j.tenant_id, j.concurrency_key,
+              j.created_at, j.run_at, j.trace_context
+),
+buried AS (
+    UPDATE {x_jobs} AS j SET
+        state = CASE WHEN j.name = ANY (%(no_dead_letter)s::text[]) THEN 'failed' ELSE 'dead' END,
+        last_error = {lease_lost_error}::jsonb || jsonb_build_object(
+            'message',
+            'the lease lapsed on the final attempt (' || j.attempts || ' of ' || j.max_attempts
+            || '): worker ' || coalesce(j.worker_id, '(unknown)')
+            || ' stopped renewing it and no worker settled the run',
+            'meta', jsonb_build_object(
+                'attempts', j.attempts, 'max_attempts', j.max_attempts,
+                'worker_id', j.worker_id)),
+        finished_at = now(),
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        wait_event = NULL,
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM lapsed WHERE exhausted))
+    RETURNING j.id, j.name, j.queue, j.state, j.attempts, j.max_attempts, j.run_at,
+              (SELECT l.worker_id FROM lapsed l WHERE l.id = j.id) AS lapsed_worker,
+              j.run_id, j.payload, j.tenant_id, j.last_error
+),
+settled AS (
+    SELECT b.name AS job, 0 AS done, 0 AS retried, (b.state = 'failed')::integer AS failed,
+           (b.state = 'dead')::integer AS dead, 0::bigint AS duration_ms
+    FROM buried b
+),
+{count_settled}
+SELECT r.*
+FROM (
+    SELECT 'claimed' AS kind, c.id::text AS id, c.run_id::text AS run_id, c.name, c.queue,
+           c.payload, c.attempts, c.max_attempts, c.claim::text AS claim,
+           floor(extract(epoch FROM now()) * 1000)::bigint AS now_ms,
+           floor(extract(epoch FROM c.lease_expires_at) * 1000)::bigint AS lease_ms,
+           c.idempotency_key, c.tenant_id, c.concurrency_key,
+           floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
+           NULL::text AS state, NULL::text AS lapsed_worker, c.run_at,
+           EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps,
+           NULL::jsonb AS last_error, c.trace_context
+    FROM claimed c
+    UNION ALL
+    SELECT 'buried', b.id::text, b.run_id::text, b.name, b.queue, b.payload, b.attempts,
+           b.max_attempts, NULL, NULL, NULL, NULL, b.tenant_id, NULL, NULL, b.state,
+           b.lapsed_worker, b.run_at, NULL, b.last_error, NULL
+    FROM buried b
+) r
+ORDER BY r.kind, r.run_at, r.id
+
+-- name: progress
+UPDATE {x_jobs} AS j SET
+    progress = %(progress)s::jsonb,
+    updated_at = now()
+WHERE j.id = %(id)s::uuid
+  AND j.state = 'running'
+  AND j.worker_id = %(worker_id)s
+  AND j.claim = %(claim)s::uuid
+
+-- name: wake_waiters
+-- x_jobs_wait_event_idx; the woken queues are announced.
+WITH woken AS (
+    UPDATE {x_jobs} AS j SET
+        run_at = least(j.run_at, now()),
+        updated_at = now()
+    WHERE j.state = 'suspended' AND j.wait_event = %(event)s
+    RETURNING j.queue
+),
+announced AS (
+    SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM woken) q
+)
+SELECT (SELECT count(*) FROM woken), (SELECT count(*) FROM announced)
+
+-- name: stats
+SELECT j.queue,
+       count(*) FILTER (WHERE j.state = 'ready'),
+       count(*) FILTER (WHERE j.state = 'delayed'),
+       count(*) FILTER (WHERE j.state = 'running'),
+       count(*) FILTER (WHERE j.state = 'suspended'),
+       count(*) FILTER (WHERE j.state = 'done'),
+       count(*) FILTER (WHERE j.state = 'failed'),
+       count(*) FILTER (WHERE j.state = 'dead'),
+       count(*) FILTER (WHERE j.state = 'cancelled')
+FROM {x_jobs} j
+GROUP BY j.queue
+ORDER BY j.queue
+
+-- name: sample_queues
+-- queue_depth / queue_demand (QueueSampler): for each queue named, in the order named, its due
+-- rows no worker holds and its running rows, each counted up to %(cap)s by an index-only range
+-- scan (x_jobs_claim_idx on (queue, run_at) for the due rows, x_jobs_lapsed_idx for the running
+-- ones), and whether it is paused. One statement for every queue; it reads, never locks.
+SELECT q.queue,
+       (SELECT count(*)::integer FROM (
+            SELECT 1 FROM {x_jobs} j
+            WHERE j.queue = q.queue
+              AND j.state IN ('ready', 'delayed', 'suspended')
+              AND j.run_at <= now()
+            LIMIT %(cap)s) d),
+       (SELECT count(*)::integer FROM (
+            SELECT 1 FROM {x_jobs} j
+            WHERE j.queue = q.queue
+              AND j.state = 'running'
+            LIMIT %(cap)s) r),
+       EXISTS (SELECT 1 FROM {x_paused_queues} p WHERE p.queue = q.queue)
+FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q (queue, ord)
+ORDER BY q.ord
