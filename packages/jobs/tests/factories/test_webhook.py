@@ -445,3 +445,15 @@ async def test_an_event_id_core_cannot_sign_is_invalid_and_sends_nothing() -> No
         assert trace.last_error["code"] == "X_WEBHOOK_EVENT_INVALID"
         assert trace.attempts == 1 and server.requests == []
         assert await ledger.failures_in_a_row("ep_1") == 0
+
+
+def test_without_ultimat3_http_the_declaration_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ultimat3.http", None)  # import raises ImportError
+    with pytest.raises(XError) as info:
+        declare("https://hooks.partner.test/", memory_webhook_ledger())
+    assert info.value.code == "X_CONFIG_INVALID"
+    assert 'pip install "ultimat3-jobs[http]"' in (info.value.fix or "")

@@ -375,3 +375,15 @@ async def test_webhook_delivers_to_a_webhook_receiver_end_to_end() -> None:
             await stop(served)
     assert [a.outcome for a in ledger.attempts] == ["delivered"]
     assert receiver.handled == [("evt_9", {"n": 7})]
+
+
+def test_without_ultimat3_http_the_receiver_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ultimat3.http", None)  # import raises ImportError
+    with pytest.raises(XError) as info:
+        Receiver()
+    assert info.value.code == "X_CONFIG_INVALID"
+    assert 'pip install "ultimat3-jobs[http]"' in (info.value.fix or "")
