@@ -336,11 +336,13 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "X_WEBHOOK_ENDPOINT_UNKNOWN",
         "no webhook endpoint has this id",
         "register the endpoint first, or check the id",
+        _T,
     ),
     CodeInfo(
         "X_WEBHOOK_ENDPOINT_INVALID",
         "the webhook endpoint is invalid",
         "give an https URL on a public address and a non-empty secret",
+        _T,
     ),
     CodeInfo(
         "X_WEBHOOK_ENDPOINT_DISABLED",
@@ -350,13 +352,17 @@ _ENTRIES: tuple[CodeInfo, ...] = (
     ),
     CodeInfo(
         "X_WEBHOOK_EVENT_UNKNOWN",
-        "the webhook topic is not declared",
-        "declare the topic in the webhook() events",
+        "no webhook event has this id",
+        "store the event before enqueuing its delivery, or check the id",
+        _T,
     ),
     CodeInfo(
         "X_WEBHOOK_EVENT_INVALID",
-        "the webhook payload failed the topic's schema",
-        "send a payload the topic's schema accepts",
+        "the webhook event could not be read",
+        "answer {'event_id', 'payload'} from verify with a JSON-able payload, and catch your own "
+        "parse errors (raise an XError naming no content)",
+        _T,
+        400,
     ),
     CodeInfo(
         "X_WEBHOOK_DELIVERY_FAILED",
@@ -413,6 +419,20 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "send a body within max_bytes in the expected format",
     ),
     # --- general ----------------------------------------------------------------------------------
+    CodeInfo(
+        "X_NOT_FOUND",
+        "nothing is served at this path",
+        "check the path against the receivers webhook_app() serves",
+        _T,
+        404,
+    ),
+    CodeInfo(
+        "X_METHOD_NOT_ALLOWED",
+        "this path does not answer the method",
+        "send the method the Allow header names",
+        _T,
+        405,
+    ),
     CodeInfo(
         "X_FORBIDDEN",
         "the actor lacks the permission",

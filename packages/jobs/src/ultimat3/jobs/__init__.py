@@ -67,6 +67,27 @@ if TYPE_CHECKING:  # the factories, typed for mypy (`from ultimat3.jobs import b
     from ultimat3.jobs.factories.ledger import ledger as ledger
     from ultimat3.jobs.factories.ledger_books import memory_ledger_book as memory_ledger_book
     from ultimat3.jobs.factories.ledger_books import postgres_ledger_book as postgres_ledger_book
+    from ultimat3.jobs.factories.webhook import (
+        DEFAULT_WEBHOOK_DISABLE_AFTER as DEFAULT_WEBHOOK_DISABLE_AFTER,
+    )
+    from ultimat3.jobs.factories.webhook import WebhookDelivery as WebhookDelivery
+    from ultimat3.jobs.factories.webhook import WebhookEndpoint as WebhookEndpoint
+    from ultimat3.jobs.factories.webhook import WebhookEvent as WebhookEvent
+    from ultimat3.jobs.factories.webhook import webhook as webhook
+    from ultimat3.jobs.factories.webhook_ledger import WebhookAttempt as WebhookAttempt
+    from ultimat3.jobs.factories.webhook_ledger import WebhookLedger as WebhookLedger
+    from ultimat3.jobs.factories.webhook_ledger import (
+        memory_webhook_ledger as memory_webhook_ledger,
+    )
+    from ultimat3.jobs.factories.webhook_ledger import (
+        postgres_webhook_ledger as postgres_webhook_ledger,
+    )
+    from ultimat3.jobs.factories.webhook_receiver import (
+        DEFAULT_WEBHOOK_BODY_LIMIT as DEFAULT_WEBHOOK_BODY_LIMIT,
+    )
+    from ultimat3.jobs.factories.webhook_receiver import ReceivedWebhook as ReceivedWebhook
+    from ultimat3.jobs.factories.webhook_receiver import ReceiverDelivery as ReceiverDelivery
+    from ultimat3.jobs.factories.webhook_receiver import webhook_receiver as webhook_receiver
 
 # name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
@@ -86,6 +107,20 @@ _FACTORIES: dict[str, str] = {
     "ledger": "ledger",
     "memory_ledger_book": "ledger_books",
     "postgres_ledger_book": "ledger_books",
+    # issue 19: webhooks both ways
+    "webhook": "webhook",
+    "WebhookDelivery": "webhook",
+    "WebhookEndpoint": "webhook",
+    "WebhookEvent": "webhook",
+    "DEFAULT_WEBHOOK_DISABLE_AFTER": "webhook",
+    "WebhookAttempt": "webhook_ledger",
+    "WebhookLedger": "webhook_ledger",
+    "memory_webhook_ledger": "webhook_ledger",
+    "postgres_webhook_ledger": "webhook_ledger",
+    "webhook_receiver": "webhook_receiver",
+    "ReceivedWebhook": "webhook_receiver",
+    "ReceiverDelivery": "webhook_receiver",
+    "DEFAULT_WEBHOOK_BODY_LIMIT": "webhook_receiver",
 }
 
 
