@@ -13,6 +13,7 @@ Factories (``webhook``, ``consumer``, ``backfill``, ...) are reachable as
 from __future__ import annotations
 
 import importlib
+import typing
 
 from ._compensation import UNWIND_MARGIN
 from ._context import JobContext, JobLog
@@ -40,8 +41,21 @@ from ._steps import Step
 from ._task import MAX_CATCH_UP, CatchUp, Task, TaskOccurrence, next_task_run, task
 from ._worker import JobWorker, WorkerStats, job_worker
 
+if typing.TYPE_CHECKING:  # so mypy types the lazily loaded factories
+    from .factories.export_rows import ExportPage as ExportPage
+    from .factories.export_rows import export_rows as export_rows
+    from .factories.import_rows import ImportBatch as ImportBatch
+    from .factories.import_rows import ImportErrors as ImportErrors
+    from .factories.import_rows import import_rows as import_rows
+
 # name -> module under ultimat3.jobs.factories; filled as factories land (one module each)
-_FACTORIES: dict[str, str] = {}
+_FACTORIES: dict[str, str] = {
+    "import_rows": "import_rows",
+    "ImportBatch": "import_rows",
+    "ImportErrors": "import_rows",
+    "export_rows": "export_rows",
+    "ExportPage": "export_rows",
+}
 
 
 def __getattr__(name: str) -> object:
