@@ -186,9 +186,10 @@ async def test_an_unclosed_quote_is_too_large_at_its_byte_offset_and_never_read_
 
 async def test_a_byte_that_is_not_utf8_is_refused_at_its_offset() -> None:
     raw = b"h\nok\ncaf\xe9\n"
-    for fmt in ("csv", "ndjson"):
+    fmts: tuple[Format, ...] = ("csv", "ndjson")
+    for fmt in fmts:
         with pytest.raises(XError) as caught:
-            await read_all(raw, 4, fmt)  # type: ignore[arg-type]
+            await read_all(raw, 4, fmt)
         assert caught.value.code == "X_IMPORT_ENCODING_INVALID"
         assert caught.value.meta["offset"] == 8
         assert "offset 8" in caught.value.message
