@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from ultimat3.core import XError
@@ -346,3 +350,63 @@ def test_a_schema_that_is_not_a_model_and_a_handle_that_is_not_callable_are_refu
         )
     assert caught.value.code == "X_JOB_DECLARATION_INVALID"
     assert "schema" in caught.value.message and "handle" in caught.value.message
+
+
+class Texts(BaseModel):
+    a: str
+    b: str
+    c: str
+
+
+def _rfc4180(row: list[str]) -> str:
+    def one(cell: str) -> str:
+        if any(ch in cell for ch in ',"\r\n'):
+            return '"' + cell.replace('"', '""') + '"'
+        return cell
+
+    return ",".join(one(c) for c in row)
+
+
+_cells = st.text(st.sampled_from([*'ab ,"\n\r=é€😀', "x"]), max_size=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.lists(_cells, min_size=3, max_size=3), max_size=15),
+    st.permutations(["a", "b", "c"]),
+    st.sampled_from(["\n", "\r\n"]),
+    st.booleans(),
+    st.data(),
+)
+async def test_the_rows_handled_equal_the_csv_module_reading_the_whole_file(
+    rows: list[list[str]], header: list[str], end: str, bom: bool, data: st.DataObject
+) -> None:
+    text = end.join(_rfc4180(r) for r in [header, *rows]) + end
+    raw = (b"\xef\xbb\xbf" if bom else b"") + text.encode()
+    longest = max(len(_rfc4180(r).encode()) + len(end) for r in [header, *rows])
+    page_bytes = data.draw(st.integers(longest, max(longest, len(raw)) + 8), label="page_bytes")
+    store = memory_store()
+    await store.put("f.csv", raw)
+    seen: list[Texts] = []
+
+    async def handle(batch: ImportBatch[In, Texts]) -> None:
+        seen.extend(batch.rows)
+
+    imp = import_rows(
+        name="texts.import",
+        input=In,
+        tenant="none",
+        source=lambda i: store,
+        key=lambda i: i.key,
+        format="csv",
+        columns=["a", "b", "c"],
+        schema=Texts,
+        handle=handle,
+        page_bytes=page_bytes,
+        batch=4,
+        max_row_errors=0,
+    )
+    trace = await JobHarness(jobs=[imp])(imp, {"key": "f.csv"})
+    assert trace.state == "done", trace.last_error
+    expected = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert [r.model_dump() for r in seen] == expected
