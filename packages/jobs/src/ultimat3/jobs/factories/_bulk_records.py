@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, Literal
@@ -105,7 +105,8 @@ def split_page(
     end = offset + len(data)
     if format == "ndjson":
         return _ndjson(pieces, tail, starts, end, line, eof, key, max_record_bytes)
-    return _csv(pieces, tail, starts, end, line, eof, key, max_record_bytes)
+    body = data[: len(data) - len(tail)]  # the whole lines, each ending with b"\n"
+    return _csv(body, tail, starts, end, line, eof, key, max_record_bytes)
 
 
 def _ndjson(
@@ -146,7 +147,7 @@ def _ndjson(
 
 
 def _csv(
-    pieces: list[bytes],
+    body: bytes,
     tail: bytes,
     starts: list[int],
     end: int,
@@ -155,15 +156,14 @@ def _csv(
     key: str,
     limit: int,
 ) -> Page | None:
-    n = len(pieces)
-
-    def lines() -> Iterator[str]:
-        for i in range(n):
-            yield _decode(pieces[i], starts[i], key, final=True) + "\n"
-        if tail:
-            yield _decode(tail, starts[n], key, final=eof)
-
-    reader = csv.reader(lines(), strict=False)
+    n = len(starts) - 1
+    # one decode for the page's whole lines: an error's position is its byte offset in them
+    texts = _decode(body, starts[0], key, final=True).split("\n")
+    texts.pop()  # after the last "\n"
+    feed = [text + "\n" for text in texts]
+    if tail:
+        feed.append(_decode(tail, starts[n], key, final=eof))
+    reader = csv.reader(feed, strict=False)
     records: list[Record] = []
     used = 0
     while True:
