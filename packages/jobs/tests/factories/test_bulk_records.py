@@ -76,8 +76,8 @@ async def read_all(
             max_record_bytes=max_record_bytes,
         )
         pages += 1
+        records += page.records  # read lazily: end and line are final after this
         assert page.end > offset or page.end == len(data), "a page must move forward"
-        records += page.records
         offset, line = page.end, page.line
         if offset >= len(data):
             return records, pages
@@ -174,6 +174,9 @@ async def test_an_unclosed_quote_is_too_large_at_its_byte_offset_and_never_read_
                 key="f.csv",
                 max_record_bytes=100,
             )
+            for _ in page.records:
+                pass
+            assert page.end > offset, "the read never moved on"
             offset, line = page.end, page.line
 
     with pytest.raises(XError) as caught:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import codecs
 import csv
 import json
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Literal
 
@@ -39,14 +39,17 @@ class Record:
     problem: str | None = None
 
 
-@dataclass(slots=True)
 class Page:
-    """What a page held: its whole records, where the next page starts (``end``, a byte offset)
-    and the 1-based line it starts on (``line``)."""
+    """A page's whole records, read lazily (a batch at a time is all a page ever holds as
+    rows), then where the next page starts: ``end`` (a byte offset) and ``line`` (1-based).
+    ``end`` and ``line`` are final once ``records`` is exhausted."""
 
-    records: list[Record] = field(default_factory=list)
-    end: int = 0
-    line: int = 1
+    __slots__ = ("end", "line", "records")
+
+    def __init__(self, end: int, line: int) -> None:
+        self.records: Iterator[Record] = iter(())
+        self.end = end
+        self.line = line
 
 
 def too_large(key: str, offset: int, limit: int, line: int) -> XError:
@@ -123,9 +126,16 @@ def _ndjson(
         raise too_large(key, starts[-1], limit, line + len(pieces))
     if tail and eof:
         pieces.append(tail)
-    if not pieces:
-        return Page([], end, line) if eof else None
-    records: list[Record] = []
+    if not pieces and not eof:
+        return None
+    page = Page(end if eof else starts[len(pieces)], line + len(pieces))
+    page.records = _ndjson_records(pieces, starts, end, line, key, limit)
+    return page
+
+
+def _ndjson_records(
+    pieces: list[bytes], starts: list[int], end: int, line: int, key: str, limit: int
+) -> Iterator[Record]:
     loads = json.loads
     for i, piece in enumerate(pieces):
         start = starts[i]
@@ -137,13 +147,12 @@ def _ndjson(
         try:
             value = loads(text)
         except ValueError:
-            records.append(Record(line + i, start, None, "json_invalid"))
+            yield Record(line + i, start, None, "json_invalid")
             continue
         if type(value) is dict:
-            records.append(Record(line + i, start, value))
+            yield Record(line + i, start, value)
         else:
-            records.append(Record(line + i, start, None, "ndjson_not_object"))
-    return Page(records, end if eof else starts[len(pieces)], line + len(pieces))
+            yield Record(line + i, start, None, "ndjson_not_object")
 
 
 def _csv(
@@ -161,40 +170,80 @@ def _csv(
     texts = _decode(body, starts[0], key, final=True).split("\n")
     texts.pop()  # after the last "\n"
     feed = [text + "\n" for text in texts]
+    del texts
     if tail:
         feed.append(_decode(tail, starts[n], key, final=eof))
     reader = csv.reader(feed, strict=False)
-    records: list[Record] = []
-    used = 0
-    while True:
+    state = [0]  # lines the reader has used
+
+    def next_record() -> Record | None:
         try:
             values: list[str] | None = next(reader)
             problem = None
         except StopIteration:
-            break
+            return None
         except csv.Error:
             values, problem = None, "csv_malformed"
-        first, used = used, reader.line_num
+        first = state[0]
+        used = state[0] = reader.line_num
         start = starts[first]
-        stop = starts[used] if used <= n else end
-        if stop - start > limit:
+        if (starts[used] if used <= n else end) - start > limit:
             raise too_large(key, start, limit, line + first)
         if problem is None and not values:
             problem = "blank"
-        records.append(Record(line + first, start, values, problem))
+        return Record(line + first, start, values, problem)
+
+    first = next_record()
     if eof:
-        return Page(records, end, line + used)
-    # the last record may be cut by the page edge, or still open inside quotes: leave it
-    if not records:
+        page = Page(end, line)
+        page.records = _csv_rest(first, next_record, page, lambda: line + state[0], None)
+        return page
+    # the last record may be cut by the page edge, or still open inside quotes: it is left for
+    # the next page, so a page needs two records to make progress
+    if first is None:
         if end - starts[0] > limit:
             raise too_large(key, starts[0], limit, line)
         return None
-    last = records.pop()
-    if end - last.offset > limit:
-        raise too_large(key, last.offset, limit, last.line)
-    if not records:
+    second = next_record()
+    if second is None:
+        if end - first.offset > limit:
+            raise too_large(key, first.offset, limit, first.line)
         return None
-    return Page(records, last.offset, last.line)
+    page = Page(first.offset, first.line)  # until the records are read
+    page.records = _csv_rest(first, next_record, page, None, (end, key, limit), second)
+    return page
+
+
+def _csv_rest(
+    first: Record | None,
+    next_record: Callable[[], Record | None],
+    page: Page,
+    eof_line: Callable[[], int] | None,
+    cut: tuple[int, str, int] | None,
+    second: Record | None = None,
+) -> Iterator[Record]:
+    """The page's records in order. At the end of the object every one is yielded; otherwise
+    the last is held back and the page ends where it starts."""
+    if cut is None:
+        record = first
+        while record is not None:
+            yield record
+            record = next_record()
+        assert eof_line is not None
+        page.line = eof_line()
+        return
+    end, key, limit = cut
+    held = first
+    record = second
+    while record is not None:
+        assert held is not None
+        yield held
+        held = record
+        record = next_record()
+    assert held is not None
+    if end - held.offset > limit:
+        raise too_large(key, held.offset, limit, held.line)
+    page.end, page.line = held.offset, held.line
 
 
 async def read_page(

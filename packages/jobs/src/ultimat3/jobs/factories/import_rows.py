@@ -268,8 +268,7 @@ def import_rows(
         records = parsed.records
         header = prev["header"]
         if format == "csv" and header is None:
-            header = _check_header(object_key, records[0] if records else None, cols)
-            records = records[1:]
+            header = _check_header(object_key, next(records, None), cols)
         elif format == "ndjson" and index == 0:
             header = cols
         refused_before = int(prev["refused"])
