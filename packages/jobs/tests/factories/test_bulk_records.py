@@ -63,7 +63,8 @@ async def read_all(
     async def get(start: int, stop: int) -> bytes:
         return data[start:stop]
 
-    offset, line, pages, records = 0, 1, 0, []
+    offset, line, pages = 0, 1, 0
+    records: list[Record] = []
     while True:
         page = await read_page(
             get,
