@@ -101,6 +101,36 @@ def _demo_code(dist: str, zf: zipfile.ZipFile) -> list[str]:
     return found
 
 
+REFUSES_WITHOUT_STORAGE = """
+from pydantic import BaseModel
+from ultimat3.core import XError
+from ultimat3.jobs import export_rows, import_rows
+class M(BaseModel):
+    id: int
+for factory, fields in (
+    (import_rows, dict(source=lambda i: None, key=lambda i: "k", schema=M, handle=print)),
+    (export_rows, dict(read=lambda p: ([], None), sink=lambda i: None, prefix=lambda i: "p")),
+):
+    try:
+        factory(name="x", input=M, tenant="none", format="csv", columns=["id"], **fields)
+    except XError as err:
+        assert err.code == "X_CONFIG_INVALID" and "ultimat3-jobs[storage]" in err.fix, err
+    else:
+        raise SystemExit(f"{factory.__name__} declared without ultimat3-storage")
+"""
+
+S3_REFUSES_WITHOUT_OBSTORE = """
+from ultimat3.core import XError
+from ultimat3.storage import s3
+try:
+    s3("bucket", endpoint="http://127.0.0.1:9")
+except XError as err:
+    assert err.code == "X_CONFIG_INVALID" and "ultimat3-storage[s3]" in err.fix, err
+else:
+    raise SystemExit("s3() built a store without obstore")
+"""
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="x-isolation-") as t:
         tmp = Path(t)
@@ -170,6 +200,16 @@ def main() -> int:
         if "demo" in listed:
             failures.append("ultimat3-jobs alone offers `x demo` (the demo is apps/demo's)")
         print("jobs alone: no demo code in the wheel, no `x demo`")
+        # a factory that needs an extra refuses at declaration, naming it
+        run(jobs, "-c", REFUSES_WITHOUT_STORAGE)
+        print('jobs alone: import_rows()/export_rows() refuse, naming "ultimat3-jobs[storage]"')
+
+        storage = venv_with(tmp, "storage", wheels, "ultimat3-storage")
+        run(storage, "-c", "from ultimat3.storage import disk, memory_store")
+        if importable(storage, "obstore"):
+            failures.append("ultimat3-storage alone installs obstore (the [s3] extra)")
+        run(storage, "-c", S3_REFUSES_WITHOUT_OBSTORE)
+        print('storage alone: disk() and memory_store(); s3() refuses, naming "[s3]"')
 
         prom = venv_with(tmp, "jobs-prometheus", wheels, "ultimat3-jobs[prometheus]")
         run(prom, "-c", "from ultimat3.jobs.cli._metrics import require_extra; require_extra()")

@@ -14,8 +14,8 @@ import pytest
 from standardwebhooks import Webhook
 
 from ultimat3.core import XError, to_epoch_ms, verify_webhook_signature
-from ultimat3.http import safe_client  # noqa: TID253 - the factory under test needs it
-from ultimat3.http.testing import (  # noqa: TID253
+from ultimat3.http import safe_client
+from ultimat3.http.testing import (
     ReceivedRequest,
     Reply,
     loopback_server,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ultimat3.core import XError, swap_adapter
-from ultimat3.http.testing import loopback_server  # noqa: TID253 - the factory under test needs it
+from ultimat3.http.testing import loopback_server
 from ultimat3.jobs import Retry, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER
 from ultimat3.jobs.factories.webhook import (

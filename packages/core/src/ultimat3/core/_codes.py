@@ -265,6 +265,26 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "read the error report under the run's error prefix, fix the file, import again",
         _T,
     ),
+    CodeInfo(
+        "X_IMPORT_ENCODING_INVALID",
+        "the file to import is not UTF-8",
+        "save the file as UTF-8 (with or without a BOM); the message names the first bad byte's "
+        "offset",
+        _T,
+    ),
+    # --- object storage -----------------------------------------------------------------------
+    CodeInfo(
+        "X_STORAGE_KEY_INVALID",
+        "the object key is not a relative '/'-separated path inside the store",
+        "use a key such as 'imports/2026/orders.csv': no empty, '.' or '..' segment, no leading "
+        "'/', no backslash, no control character, nothing that resolves outside the store",
+        _T,
+    ),
+    CodeInfo(
+        "X_STORAGE_NOT_FOUND",
+        "no object is stored under the key",
+        "check the key (store.list(prefix) shows what is stored), or put the object first",
+    ),
     # --- personal data ------------------------------------------------------------------------
     CodeInfo(
         "X_SUBJECT_TABLE_UNDECLARED",

@@ -59,6 +59,11 @@ if TYPE_CHECKING:  # the factories, typed for mypy (`from ultimat3.jobs import b
     from ultimat3.jobs.factories.consumer import ConsumerSource as ConsumerSource
     from ultimat3.jobs.factories.consumer import CursorStore as CursorStore
     from ultimat3.jobs.factories.consumer import consumer as consumer
+    from ultimat3.jobs.factories.export_rows import ExportPage as ExportPage
+    from ultimat3.jobs.factories.export_rows import export_rows as export_rows
+    from ultimat3.jobs.factories.import_rows import ImportBatch as ImportBatch
+    from ultimat3.jobs.factories.import_rows import ImportErrors as ImportErrors
+    from ultimat3.jobs.factories.import_rows import import_rows as import_rows
     from ultimat3.jobs.factories.ledger import LedgerBook as LedgerBook
     from ultimat3.jobs.factories.ledger import LedgerLine as LedgerLine
     from ultimat3.jobs.factories.ledger import Posting as Posting
@@ -121,6 +126,12 @@ _FACTORIES: dict[str, str] = {
     "ReceivedWebhook": "webhook_receiver",
     "ReceiverDelivery": "webhook_receiver",
     "DEFAULT_WEBHOOK_BODY_LIMIT": "webhook_receiver",
+    # issue 18: bulk files
+    "import_rows": "import_rows",
+    "ImportBatch": "import_rows",
+    "ImportErrors": "import_rows",
+    "export_rows": "export_rows",
+    "ExportPage": "export_rows",
 }
 
 
