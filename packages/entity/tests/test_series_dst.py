@@ -9,9 +9,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from ultimat3.core import XError, new_id
 from ultimat3.entity import SERIES_UNITS, database, entity, memory_database, text, timestamp
@@ -106,7 +108,10 @@ def test_postgres_buckets_equal_the_zoneinfo_reference(
             await db.migrate()
             return await _series(db, zone, unit, instants)
 
-    got = asyncio.run(run())
+    try:
+        got = asyncio.run(run())
+    finally:
+        _drop_schema(database_url, sync_schema)
     assert [(p.bucket.astimezone(UTC), p.value) for p in got] == expected(zone, unit, instants)
     assert all(p.bucket.tzinfo == ZoneInfo(zone) for p in got)
 
@@ -152,3 +157,9 @@ async def test_series_refuses_a_non_timestamp_column_and_a_bad_value() -> None:
         with pytest.raises(XError) as caught:
             await db.hits.where().series(**kwargs)
         assert caught.value.code == "X_ENTITY_QUERY_INVALID"
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    """Each example drops what it made, so a run cut short leaves nothing behind."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -7,9 +7,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from ultimat3.core import XError
 from ultimat3.entity import UPSERT_CHUNK, Index, bigint, database, entity, memory_database, text
@@ -60,7 +62,10 @@ def test_upsert_all_equals_upserting_one_by_one_on_postgres(
             got = {(r["k"], r["part"]): r for r in await db.tally.all()}
             assert got == model
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        _drop_schema(database_url, sync_schema)
 
 
 @settings(max_examples=60, deadline=None)
@@ -125,3 +130,9 @@ async def test_an_on_conflict_no_unique_index_covers_is_refused_naming_the_colum
         await db.tally.upsert_all([{"k": "a", "part": 0, "v": 1}], on_conflict=["k", "v"])
     assert caught.value.code == "X_ENTITY_CONFLICT_UNCOVERED"
     assert "['k', 'v']" in caught.value.message
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    """Each example drops what it made, so a run cut short leaves nothing behind."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -12,8 +12,9 @@ clock is the database's: such a test stays on the memory driver (saying why), an
 proves gets a variant on ``pg_engine`` with real short durations (sleeps of a few hundred ms, retry
 delays of 50 ms, visibility windows of ~300-600 ms).
 
-The fixtures reach every test through ``ultimat3_testkit.pytest_plugin`` (a ``pytest11`` entry point);
-a test module imports the helpers (``from ultimat3_testkit.engine_drivers import Engine``).
+The fixtures reach every test through ``ultimat3_testkit.pytest_plugin`` (a ``pytest11`` entry
+point); a test module imports the helpers (``from ultimat3_testkit.engine_drivers import
+Engine``).
 """
 
 from __future__ import annotations

@@ -265,6 +265,26 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "read the error report under the run's error prefix, fix the file, import again",
         _T,
     ),
+    CodeInfo(
+        "X_IMPORT_ENCODING_INVALID",
+        "the file to import is not UTF-8",
+        "save the file as UTF-8 (with or without a BOM); the message names the first bad byte's "
+        "offset",
+        _T,
+    ),
+    # --- object storage -----------------------------------------------------------------------
+    CodeInfo(
+        "X_STORAGE_KEY_INVALID",
+        "the object key is not a relative '/'-separated path inside the store",
+        "use a key such as 'imports/2026/orders.csv': no empty, '.' or '..' segment, no leading "
+        "'/', no backslash, no control character, nothing that resolves outside the store",
+        _T,
+    ),
+    CodeInfo(
+        "X_STORAGE_NOT_FOUND",
+        "no object is stored under the key",
+        "check the key (store.list(prefix) shows what is stored), or put the object first",
+    ),
     # --- personal data ------------------------------------------------------------------------
     CodeInfo(
         "X_SUBJECT_TABLE_UNDECLARED",
@@ -336,11 +356,13 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "X_WEBHOOK_ENDPOINT_UNKNOWN",
         "no webhook endpoint has this id",
         "register the endpoint first, or check the id",
+        _T,
     ),
     CodeInfo(
         "X_WEBHOOK_ENDPOINT_INVALID",
         "the webhook endpoint is invalid",
         "give an https URL on a public address and a non-empty secret",
+        _T,
     ),
     CodeInfo(
         "X_WEBHOOK_ENDPOINT_DISABLED",
@@ -350,13 +372,17 @@ _ENTRIES: tuple[CodeInfo, ...] = (
     ),
     CodeInfo(
         "X_WEBHOOK_EVENT_UNKNOWN",
-        "the webhook topic is not declared",
-        "declare the topic in the webhook() events",
+        "no webhook event has this id",
+        "store the event before enqueuing its delivery, or check the id",
+        _T,
     ),
     CodeInfo(
         "X_WEBHOOK_EVENT_INVALID",
-        "the webhook payload failed the topic's schema",
-        "send a payload the topic's schema accepts",
+        "the webhook event could not be read",
+        "answer {'event_id', 'payload'} from verify with a JSON-able payload, and catch your own "
+        "parse errors (raise an XError naming no content)",
+        _T,
+        400,
     ),
     CodeInfo(
         "X_WEBHOOK_DELIVERY_FAILED",
@@ -413,6 +439,20 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "send a body within max_bytes in the expected format",
     ),
     # --- general ----------------------------------------------------------------------------------
+    CodeInfo(
+        "X_NOT_FOUND",
+        "nothing is served at this path",
+        "check the path against the receivers webhook_app() serves",
+        _T,
+        404,
+    ),
+    CodeInfo(
+        "X_METHOD_NOT_ALLOWED",
+        "this path does not answer the method",
+        "send the method the Allow header names",
+        _T,
+        405,
+    ),
     CodeInfo(
         "X_FORBIDDEN",
         "the actor lacks the permission",

@@ -37,6 +37,18 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.progress.failed": "warning",
         "jobs.run.crashed": "error",
         "jobs.sample.failed": "warning",
+        # consumer(): a re-arm pass, a committed batch, a lag callback that answered no count
+        "jobs.consumer.armed": "info",
+        "jobs.consumer.batch": "debug",
+        "jobs.consumer.lag-invalid": "warning",
+        # webhooks (issue 19): ultimat3.http's receiver app and the webhook() factory
+        "http.webhook.accepted": "debug",
+        "http.webhook.refused": "warning",
+        "http.webhook.unavailable": "error",
+        "http.xerror": "warning",
+        "jobs.webhook.attempt": "info",
+        "jobs.webhook.disabled": "warning",
+        "jobs.webhook.declared": "debug",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""

@@ -49,8 +49,29 @@ from ultimat3.jobs.adapter import (
 )
 from ultimat3.jobs.memory import MemoryEventBus, memory_event_bus
 
-if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the function
+if TYPE_CHECKING:  # the factories, typed for mypy (`from ultimat3.jobs import backfill` is the
+    # function, not `object`); loaded lazily at run time through _FACTORIES
     from ultimat3.jobs.factories.backfill import backfill as backfill
+    from ultimat3.jobs.factories.consumer import CONSUMER_LINGER_MS as CONSUMER_LINGER_MS
+    from ultimat3.jobs.factories.consumer import Consumer as Consumer
+    from ultimat3.jobs.factories.consumer import ConsumerBatch as ConsumerBatch
+    from ultimat3.jobs.factories.consumer import ConsumerCursor as ConsumerCursor
+    from ultimat3.jobs.factories.consumer import ConsumerSource as ConsumerSource
+    from ultimat3.jobs.factories.consumer import CursorStore as CursorStore
+    from ultimat3.jobs.factories.consumer import consumer as consumer
+    from ultimat3.jobs.factories.export_rows import ExportPage as ExportPage
+    from ultimat3.jobs.factories.export_rows import export_rows as export_rows
+    from ultimat3.jobs.factories.import_rows import ImportBatch as ImportBatch
+    from ultimat3.jobs.factories.import_rows import ImportErrors as ImportErrors
+    from ultimat3.jobs.factories.import_rows import import_rows as import_rows
+    from ultimat3.jobs.factories.ledger import LedgerBook as LedgerBook
+    from ultimat3.jobs.factories.ledger import LedgerLine as LedgerLine
+    from ultimat3.jobs.factories.ledger import Posting as Posting
+    from ultimat3.jobs.factories.ledger import PostingEntry as PostingEntry
+    from ultimat3.jobs.factories.ledger import assert_balanced_posting as assert_balanced_posting
+    from ultimat3.jobs.factories.ledger import ledger as ledger
+    from ultimat3.jobs.factories.ledger_books import memory_ledger_book as memory_ledger_book
+    from ultimat3.jobs.factories.ledger_books import postgres_ledger_book as postgres_ledger_book
     from ultimat3.jobs.factories.partitions import partitions as partitions
     from ultimat3.jobs.factories.refresh_view import refresh_view as refresh_view
     from ultimat3.jobs.factories.reindex import reindex as reindex
@@ -64,10 +85,67 @@ if TYPE_CHECKING:  # so `from ultimat3.jobs import backfill` type-checks as the 
     from ultimat3.jobs.factories.subject import unreached_personal_data as unreached_personal_data
     from ultimat3.jobs.factories.subject_erase import subject_erase as subject_erase
     from ultimat3.jobs.factories.subject_export import subject_export as subject_export
+    from ultimat3.jobs.factories.webhook import (
+        DEFAULT_WEBHOOK_DISABLE_AFTER as DEFAULT_WEBHOOK_DISABLE_AFTER,
+    )
+    from ultimat3.jobs.factories.webhook import WebhookDelivery as WebhookDelivery
+    from ultimat3.jobs.factories.webhook import WebhookEndpoint as WebhookEndpoint
+    from ultimat3.jobs.factories.webhook import WebhookEvent as WebhookEvent
+    from ultimat3.jobs.factories.webhook import webhook as webhook
+    from ultimat3.jobs.factories.webhook_ledger import WebhookAttempt as WebhookAttempt
+    from ultimat3.jobs.factories.webhook_ledger import WebhookLedger as WebhookLedger
+    from ultimat3.jobs.factories.webhook_ledger import (
+        memory_webhook_ledger as memory_webhook_ledger,
+    )
+    from ultimat3.jobs.factories.webhook_ledger import (
+        postgres_webhook_ledger as postgres_webhook_ledger,
+    )
+    from ultimat3.jobs.factories.webhook_receiver import (
+        DEFAULT_WEBHOOK_BODY_LIMIT as DEFAULT_WEBHOOK_BODY_LIMIT,
+    )
+    from ultimat3.jobs.factories.webhook_receiver import ReceivedWebhook as ReceivedWebhook
+    from ultimat3.jobs.factories.webhook_receiver import ReceiverDelivery as ReceiverDelivery
+    from ultimat3.jobs.factories.webhook_receiver import webhook_receiver as webhook_receiver
 
 # name -> module under ultimat3.jobs.factories (one module each), loaded on first use
 _FACTORIES: dict[str, str] = {
     "backfill": "backfill",
+    "CONSUMER_LINGER_MS": "consumer",
+    "Consumer": "consumer",
+    "ConsumerBatch": "consumer",
+    "ConsumerCursor": "consumer",
+    "ConsumerSource": "consumer",
+    "CursorStore": "consumer",
+    "consumer": "consumer",
+    "LedgerBook": "ledger",
+    "LedgerLine": "ledger",
+    "Posting": "ledger",
+    "PostingEntry": "ledger",
+    "assert_balanced_posting": "ledger",
+    "ledger": "ledger",
+    "memory_ledger_book": "ledger_books",
+    "postgres_ledger_book": "ledger_books",
+    # issue 19: webhooks both ways
+    "webhook": "webhook",
+    "WebhookDelivery": "webhook",
+    "WebhookEndpoint": "webhook",
+    "WebhookEvent": "webhook",
+    "DEFAULT_WEBHOOK_DISABLE_AFTER": "webhook",
+    "WebhookAttempt": "webhook_ledger",
+    "WebhookLedger": "webhook_ledger",
+    "memory_webhook_ledger": "webhook_ledger",
+    "postgres_webhook_ledger": "webhook_ledger",
+    "webhook_receiver": "webhook_receiver",
+    "ReceivedWebhook": "webhook_receiver",
+    "ReceiverDelivery": "webhook_receiver",
+    "DEFAULT_WEBHOOK_BODY_LIMIT": "webhook_receiver",
+    # issue 18: bulk files
+    "import_rows": "import_rows",
+    "ImportBatch": "import_rows",
+    "ImportErrors": "import_rows",
+    "export_rows": "export_rows",
+    "ExportPage": "export_rows",
+    # issue 24: the entity factories
     "Bucket": "rollup",
     "partitions": "partitions",
     "refresh_view": "refresh_view",

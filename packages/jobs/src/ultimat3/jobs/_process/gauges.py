@@ -4,7 +4,7 @@
 OpenTelemetry observable gauges on core's ``meter()``, registered once per process, read every
 started worker of the process when the SDK collects: the runs it holds and its ``max_in_flight``
 (by ``worker_id``; a worker with no process cap reports no capacity), and per ``queue`` the last
-sample its ``DepthSampler`` took (``_sampler.py``; two workers of one process serving a queue
+sample its ``DepthSampler`` took (``sampler.py``; two workers of one process serving a queue
 report it once, the newer sample).
 """
 

@@ -314,7 +314,7 @@ class JobWorker:
         self._registered = False
         self._queue_wake: WakeHandle | None = None
         self.depth_sampler = DepthSampler(depth_sample_interval_ms)
-        """Behind the ``queue_depth`` / ``queue_demand`` gauges (``_sampler.py``)."""
+        """Behind the ``queue_depth`` / ``queue_demand`` gauges (``_process/sampler.py``)."""
 
     # --- lifecycle ----------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """How one attempt settles: every driver write that ends a claim (ack, nack by outcome), the
-retry delay, and the verdicts of the unwind. ``_Attempt`` (``_execute.py``) mixes it in."""
+retry delay, and the verdicts of the unwind. ``_Attempt`` (``_run/execute.py``) mixes it in."""
 
 from __future__ import annotations
 

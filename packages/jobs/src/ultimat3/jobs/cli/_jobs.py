@@ -231,7 +231,29 @@ async def cmd_show(inv: Invocation) -> Answer:
     backfill = next((b for b in await _backfills(inv) if b.job_id == job.id), None)
     data = to_json_dict(job)
     data["backfill"] = None if backfill is None else to_json_dict(backfill)
-    return Answer(data, _show_text(job, backfill))
+    data["consumer"] = consumer_of(job)
+    text = _show_text(job, backfill)
+    if data["consumer"] is not None:
+        c = data["consumer"]
+        text += (
+            f"\n\nconsumer: key {c.get('key')}, last batch {c.get('last_batch_at')}, "
+            f"lag {c.get('lag')}"
+        )
+    return Answer(data, text)
+
+
+def consumer_of(job: JobDetail) -> dict[str, Any] | None:
+    """A consumer() run's ``{key, last_batch_at, lag}``: what its progress note carries."""
+    progress = job.progress if isinstance(job.progress, dict) else None
+    note = progress.get("note") if progress is not None else None
+    if not isinstance(note, str):
+        return None
+    try:
+        parsed = json.loads(note)
+    except ValueError:
+        return None
+    found = parsed.get("consumer") if isinstance(parsed, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 # --- changing one job --------------------------------------------------------------------------
