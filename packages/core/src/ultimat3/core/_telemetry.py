@@ -37,6 +37,11 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.progress.failed": "warning",
         "jobs.run.crashed": "error",
         "jobs.sample.failed": "warning",
+        "jobs.attempt.failed": "warning",
+        "jobs.run.dead-lettered": "error",
+        "jobs.run.failed": "error",
+        "jobs.run.completed": "debug",
+        "jobs.outbox.relay-failed": "warning",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""

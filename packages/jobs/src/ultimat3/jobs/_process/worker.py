@@ -530,7 +530,9 @@ class JobWorker:
         if not isinstance(driver, ExhaustionReporter):
             return
         for row in driver.take_exhausted():
-            jobs_total_counter().add(1, {"queue": row.queue, "outcome": row.outcome})
+            jobs_total_counter().add(
+                1, {"job": row.name, "queue": row.queue, "outcome": row.outcome}
+            )
             job = self.jobs.get(row.name)
             if job is None:
                 continue

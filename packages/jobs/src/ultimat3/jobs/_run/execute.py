@@ -42,6 +42,7 @@ from ultimat3.jobs._run.limiter import rate_limited
 from ultimat3.jobs._run.observe import RunEvent
 from ultimat3.jobs._run.on_settled import SettledOutcome, notify_settled
 from ultimat3.jobs._run.outcome import ExecutionSettings, RunOutcome
+from ultimat3.jobs._run.run_log import job_duration_histogram, log_outcome
 from ultimat3.jobs._run.steps import RunState, Step, StepSuspended, error_dict
 from ultimat3.jobs._telemetry.spans import end_run_span, run_span
 from ultimat3.jobs.adapter import ClaimedJob, driver_leases
@@ -57,7 +58,7 @@ def jobs_total_counter() -> Counter:
     global _jobs_counter
     if _jobs_counter is None:
         _jobs_counter = meter().create_counter(
-            "jobs_total", description="attempts settled, by queue and outcome"
+            "jobs_total", description="attempts settled, by job, queue and outcome"
         )
     return _jobs_counter
 
@@ -83,7 +84,11 @@ async def execute_job(
         with run_span(spans, claimed) as span:  # CONSUMER, linked to the enqueuing request
             outcome = await run.execute()
             end_run_span(span, outcome)
-    jobs_total_counter().add(1, {"queue": claimed.queue, "outcome": outcome.outcome})
+    labels = {"job": claimed.name, "queue": claimed.queue, "outcome": outcome.outcome}
+    jobs_total_counter().add(1, labels)
+    took = time.monotonic() - run.started
+    job_duration_histogram().record(took, labels)
+    log_outcome(claimed, outcome, took)
     return outcome
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ultimat3.core import XError, swap_adapter
 from ultimat3.jobs.adapter import JOB_DRIVER, to_json_dict
 from ultimat3.jobs.cli._invocation import Commands, Invocation
+from ultimat3.jobs.cli._logging import check_log_options, root_logging
 from ultimat3.jobs.cli._output import Answer
 
 if TYPE_CHECKING:
@@ -52,6 +53,20 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="at most N runs at once in this process (default: no process cap)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        metavar="LEVEL",
+        help="the root logger's level: debug (a line per completed run too), info (default), "
+        "warning, error",
+    )
+    p.add_argument(
+        "--log-format",
+        default="text",
+        metavar="FORMAT",
+        help="text (one line a record, default) or json (one object a line, the event's fields "
+        "as keys)",
     )
     p.add_argument(
         "--metrics-port",
@@ -181,6 +196,7 @@ async def cmd_worker(inv: Invocation) -> Answer:
     a = inv.args
     jobs = load_jobs(a.app)
     queues = parse_queues(a.queues)
+    check_log_options(a.log_level, a.log_format)  # refused before anything starts
     endpoint = None
     if a.metrics_port is not None:
         from ultimat3.jobs.cli._metrics import serve_metrics
@@ -194,7 +210,8 @@ async def cmd_worker(inv: Invocation) -> Answer:
                 "when that provider has a PrometheusMetricReader)"
             )
     try:
-        return await _run_worker(inv, jobs, queues)
+        with root_logging(a.log_level, a.log_format):
+            return await _run_worker(inv, jobs, queues)
     finally:
         if endpoint is not None:
             endpoint.close()
