@@ -92,6 +92,8 @@ async def test_the_fastapi_example_enqueues_in_the_request_transaction_and_runs_
     answer = await client.post("/signups", json={"email": "ada@example.com"})
     assert answer.status_code == 200, answer.text
     job_id = answer.json()["job_id"]
+    result = await client.get(f"/signups/jobs/{job_id}")
+    assert result.json() == {"result": "welcomed ada@example.com"}
     assert await _state(app_env, pg_schema, job_id, "done") == "done"
     async with await psycopg.AsyncConnection.connect(app_env) as conn:
         rows = await (await conn.execute("SELECT email FROM signups")).fetchall()
@@ -99,13 +101,14 @@ async def test_the_fastapi_example_enqueues_in_the_request_transaction_and_runs_
 
 
 async def test_the_starlette_example_runs_a_job_enqueued_by_a_request(
-    app_env: str, pg_schema: str, client_of: Any
+    app_env: str, client_of: Any
 ) -> None:
     module = _load(_apps()[1], "starlette_example")
     client = await client_of(module.app)
     answer = await client.post("/reports", json={"month": "2026-11"})
     assert answer.status_code == 202, answer.text
-    assert await _state(app_env, pg_schema, answer.json()["job_id"], "done") == "done"
+    result = await client.get(f"/reports/{answer.json()['job_id']}")
+    assert result.json() == {"month": "2026-11", "status": "built"}
 
 
 async def test_the_ghost_job_a_plain_transaction_leaves_and_transaction_pool_does_not(

@@ -163,6 +163,12 @@ _ENTRIES: tuple[CodeInfo, ...] = (
     ),
     # --- introspection ---------------------------------------------------------------------
     CodeInfo(
+        "X_JOB_RESULT_TIMEOUT",
+        "the run did not settle within the result's timeout",
+        "await job.result(id, timeout='2m') with a longer timeout, or check x jobs show <id>",
+        status=504,
+    ),
+    CodeInfo(
         "X_JOB_NOT_FOUND",
         "no job has this id",
         "check the id with x jobs list --json",
