@@ -29,6 +29,7 @@ from ultimat3.jobs._declare.checks import (
 from ultimat3.jobs._declare.enqueue import enqueue_batch, enqueue_one
 from ultimat3.jobs._declare.policy import MAX_CONCURRENCY_KEY, Concurrency, Retry, WhenBusy
 from ultimat3.jobs._declare.result import job_result
+from ultimat3.jobs._declare.sync_body import as_async_body
 from ultimat3.jobs.adapter import EnqueueResult
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ class Job(Generic[I, R]):
         self._list_adapter: TypeAdapter[list[I]] | None = None
         self._key = idempotency_key
         self._concurrency_key = concurrency_key
-        self._body = body
+        self._body: Body[I, R] = as_async_body(body)
 
     def __repr__(self) -> str:
         return f"<Job {self.name!r} queue={self.queue!r}>"
