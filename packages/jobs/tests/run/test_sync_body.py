@@ -68,7 +68,7 @@ async def test_a_sync_body_hears_its_timeout_through_the_signal(engine: Engine) 
     else:  # the memory harness's frozen clock: run it on the real clock's timer
         worker = job_worker(jobs=[spins], driver=engine.driver, poll_interval_ms=5)
         await worker.start()
-        for _ in range(500):
+        for _ in range(3000):  # bounded by the event (the row dead), not by a sleep's length
             if (await engine.driver.introspect.show(queued.id)).state == "dead":
                 break
             await asyncio.sleep(0.01)
