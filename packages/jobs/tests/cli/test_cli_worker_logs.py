@@ -130,3 +130,26 @@ def test_jobs_show_prints_the_last_errors_traceback(capsys: Capture, app: str) -
     assert main(["jobs", "show", job_id, "--json"], driver=driver) == 0
     shown = json.loads(capsys.readouterr().out)
     assert "refund_order" in shown["last_error"]["traceback"]
+
+
+def test_worker_queues_is_read_when_queues_is_not_given(capsys: Capture, app: str) -> None:
+    driver = memory_job_driver()
+    _put(driver, 7)
+    env = {"WORKER_QUEUES": "default,integrations"}
+    watchdog = threading.Timer(20, os.kill, (os.getpid(), signal.SIGTERM))
+    watchdog.start()
+    try:
+        assert main(["worker", "--app", f"{app}:JOBS", "--json"], driver=driver, env=env) == 0
+    finally:
+        watchdog.cancel()
+    stats = json.loads(capsys.readouterr().out)["stats"]
+    assert stats["queues"] == ["default", "integrations"]
+    argv = ["worker", "--app", f"{app}:JOBS", "--queues", "default", "--json"]
+    _put(driver, 8)
+    watchdog = threading.Timer(20, os.kill, (os.getpid(), signal.SIGTERM))
+    watchdog.start()
+    try:
+        assert main(argv, driver=driver, env=env) == 0  # --queues wins
+    finally:
+        watchdog.cancel()
+    assert json.loads(capsys.readouterr().out)["stats"]["queues"] == ["default"]

@@ -411,6 +411,9 @@ class _Attempt(Settles):
             if reason.code == "X_JOB_LEASE_LOST":
                 return self._outcome("lost", landed=False, error=reason.to_dict())
             return await self._fail(error_dict(reason))
+        if isinstance(exc, XError) and exc.code == "X_RATE_LIMITED":
+            # throttled, not failed: back at its Retry-After, the attempt uncounted
+            return await self._release(exc, delay_ms=_retry_after_ms(exc))
         return await self._fail(error_dict(exc, step=self._step_of(exc)))
 
     def _step_of(self, exc: BaseException) -> str | None:
@@ -483,6 +486,17 @@ class _Attempt(Settles):
                 f"the row was queued for {self.claimed.tenant_id!r}; refused before the body",
                 meta={"job_id": self.claimed.id, "tenant": declared},
             )
+
+
+RATE_LIMITED_DEFAULT_MS = 1000
+"""An ``X_RATE_LIMITED`` without ``meta['retry_after_seconds']`` is deferred this long."""
+
+
+def _retry_after_ms(exc: XError) -> int:
+    seconds = exc.meta.get("retry_after_seconds")
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds == seconds:
+        return max(0, min(int(seconds * 1000), 86_400_000))
+    return RATE_LIMITED_DEFAULT_MS
 
 
 _ACTORS: dict[tuple[str, str | None], Actor] = {}

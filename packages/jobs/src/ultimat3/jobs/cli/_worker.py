@@ -46,7 +46,7 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--queues",
         metavar="A,B",
-        help="serve only these queues (default: every queue the jobs declare)",
+        help="serve only these queues (default: $WORKER_QUEUES, else every queue the jobs declare)",
     )
     p.add_argument(
         "--max-in-flight",
@@ -195,7 +195,7 @@ async def serve(
 async def cmd_worker(inv: Invocation) -> Answer:
     a = inv.args
     jobs = load_jobs(a.app)
-    queues = parse_queues(a.queues)
+    queues = parse_queues(a.queues if a.queues is not None else inv.env.get("WORKER_QUEUES"))
     check_log_options(a.log_level, a.log_format)  # refused before anything starts
     endpoint = None
     if a.metrics_port is not None:
