@@ -30,7 +30,10 @@ if TYPE_CHECKING:
     from ultimat3.jobs import JobWorker
 
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
-_APP_FIX: Final = "pass --app myapp.jobs:JOBS, where JOBS = [onboard_org, send_digest]"
+_APP_FIX: Final = (
+    "pass --app myapp.jobs:JOBS, where JOBS = [onboard_org, send_digest] (or one job: "
+    "--app myapp.jobs:onboard_org)"
+)
 
 
 def register(root: Commands, common: argparse.ArgumentParser) -> None:
@@ -41,7 +44,7 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         "--app",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="where the app's list of jobs is, e.g. myapp.jobs:JOBS",
+        help="where the app's list of jobs (or one job) is, e.g. myapp.jobs:JOBS",
     )
     p.add_argument(
         "--queues",
@@ -111,6 +114,10 @@ def load_jobs(spec: str) -> list[Any]:
                 fix=_APP_FIX,
             )
         found = getattr(found, part)
+    from ultimat3.jobs import Job  # the engine loads only when a worker runs
+
+    if isinstance(found, Job):  # one job: --app myapp.jobs:send_welcome
+        return [found]
     if not isinstance(found, list | tuple):
         raise XError(
             "X_CONFIG_INVALID",
