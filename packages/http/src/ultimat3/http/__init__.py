@@ -1,3 +1,6 @@
-"""ultimat3.http: the distribution exists; its capability lands with its own issue."""
+"""ultimat3.http: ASGI pieces. Today ``XErrorMiddleware`` (an escaped ``XError`` answered as
+``{"ok": false, "code", "message", "fix"}`` with its status); the rest lands with its issue."""
 
-__all__: list[str] = []
+from ultimat3.http._middleware import XErrorMiddleware
+
+__all__ = ["XErrorMiddleware"]
