@@ -413,7 +413,8 @@ class _Attempt(Settles):
             return await self._fail(error_dict(reason))
         if isinstance(exc, XError) and exc.code == "X_RATE_LIMITED":
             # throttled, not failed: back at its Retry-After, the attempt uncounted
-            return await self._release(exc, delay_ms=_retry_after_ms(exc))
+            ceiling = self.job.retry.max_delay_ms if self.job is not None else 86_400_000
+            return await self._release(exc, delay_ms=min(_retry_after_ms(exc), ceiling))
         return await self._fail(error_dict(exc, step=self._step_of(exc)))
 
     def _step_of(self, exc: BaseException) -> str | None:
