@@ -16,7 +16,11 @@ from uuid import uuid4
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,6 +33,7 @@ from ultimat3.jobs._process import gauges as _gauges
 from ultimat3.jobs._process import sampler as _sampler
 from ultimat3.jobs._run import execute as _execute
 from ultimat3.jobs._run import heartbeat as _heartbeat
+from ultimat3.jobs._run import run_log as _run_log
 from ultimat3.jobs._run.outcome import ExecutionSettings
 from ultimat3.jobs._telemetry import spans as _spans
 from ultimat3_testkit.engine_drivers import Engine
@@ -59,8 +64,12 @@ class Otel:
                 for m in sm.metrics:
                     if m.name == metric:
                         for p in m.data.data_points:
-                            assert isinstance(p, NumberDataPoint)  # no histogram is read here
-                            out[tuple(sorted(dict(p.attributes or {}).items()))] = p.value
+                            key = tuple(sorted(dict(p.attributes or {}).items()))
+                            if isinstance(p, HistogramDataPoint):
+                                out[key] = (p.count, p.sum)
+                                continue
+                            assert isinstance(p, NumberDataPoint)
+                            out[key] = p.value
         return out
 
 
@@ -75,9 +84,10 @@ def otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Otel]:
     meter = meter_provider.get_meter("ultimat3")
     monkeypatch.setattr(_execute, "tracer", lambda: tracer)
     monkeypatch.setattr(_spans, "tracer", lambda: tracer)
-    for module in (_execute, _heartbeat, _gauges):
+    for module in (_execute, _heartbeat, _gauges, _run_log):
         monkeypatch.setattr(module, "meter", lambda: meter)
     monkeypatch.setattr(_execute, "_jobs_counter", None)
+    monkeypatch.setattr(_run_log, "_duration", None)
     monkeypatch.setattr(_heartbeat, "_lost_counter", None)
     monkeypatch.setattr(_gauges, "_registered", [])
     monkeypatch.setattr(_sampler, "_last_read", 0.0)
@@ -236,10 +246,17 @@ async def test_jobs_total_counts_each_settled_attempt_by_queue_and_outcome(
     await bad.enqueue({"n": 1})
     await engine.harness([ok, bad]).drain()
     assert otel.points("jobs_total") == {
-        (("outcome", "done"), ("queue", "a")): 3,
-        (("outcome", "retry"), ("queue", "b")): 1,
-        (("outcome", "dead"), ("queue", "b")): 1,
+        (("job", "obs.ok"), ("outcome", "done"), ("queue", "a")): 3,
+        (("job", "obs.bad"), ("outcome", "retry"), ("queue", "b")): 1,
+        (("job", "obs.bad"), ("outcome", "dead"), ("queue", "b")): 1,
     }
+    durations = otel.points("job_duration_seconds")
+    assert {k: count for k, (count, _) in durations.items()} == {
+        (("job", "obs.ok"), ("outcome", "done"), ("queue", "a")): 3,
+        (("job", "obs.bad"), ("outcome", "retry"), ("queue", "b")): 1,
+        (("job", "obs.bad"), ("outcome", "dead"), ("queue", "b")): 1,
+    }
+    assert all(total >= 0 for _, total in durations.values())
 
 
 async def test_a_lost_lease_is_one_point_on_job_leases_lost_total(
@@ -277,7 +294,10 @@ async def test_a_lost_lease_is_one_point_on_job_leases_lost_total(
         )
     assert outcome.outcome == "lost"
     assert otel.points("job_leases_lost_total") == {(("queue", "lq"),): 1}
-    assert [e["level"] for e in events if e["event"] == "jobs.lease.lost"] == ["error"]
+    [lost] = [e for e in events if e["event"] == "jobs.lease.lost"]
+    want = {"level": "error", "job": "obs.held", "job_id": claimed.id, "attempt": 1}
+    assert {k: lost[k] for k in want} == want
+    assert lost["queue"] == "lq" and lost["code"] == "X_JOB_LEASE_LOST"
     [run] = otel.spans("job obs.held")
     assert run.status.status_code == StatusCode.ERROR
     assert attrs(run)["ultimat3.outcome"] == "lost"
@@ -337,7 +357,9 @@ async def test_queue_depth_and_demand_follow_the_backlog_and_the_runs(
     finally:
         gate.set()
         await worker.stop()
-    assert otel.points("jobs_total") == {(("outcome", "done"), ("queue", "dq")): 5}
+    assert otel.points("jobs_total") == {
+        (("job", "obs.slow"), ("outcome", "done"), ("queue", "dq")): 5
+    }
     assert otel.points("queue_depth") == {}, "a stopped worker reports no sample"
 
 
@@ -410,7 +432,9 @@ async def test_a_row_the_claim_buries_counts_once_as_dead_on_jobs_total(
     worker = job_worker(jobs=[once], driver=engine.driver, handle_signals=False)
     assert await worker.run_pass() == 0, "buried, never handed out"
     assert worker.stats().dead_lettered == 1
-    assert otel.points("jobs_total") == {(("outcome", "dead"), ("queue", "bq")): 1}
+    assert otel.points("jobs_total") == {
+        (("job", "obs.buried"), ("outcome", "dead"), ("queue", "bq")): 1
+    }
 
 
 async def test_an_unwind_gives_each_compensation_its_own_step_span(

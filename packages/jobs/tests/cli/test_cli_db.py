@@ -59,6 +59,14 @@ def test_migrate_runs_on_the_pg_url_with_progress_on_stderr(
     assert "s3cret" not in captured.err + captured.out
 
 
+def test_migrate_json_names_the_default_schema_public(
+    capsys: Capture, migrations: list[dict[str, Any]]
+) -> None:
+    assert main(["db", "migrate", "--json"], env={"DATABASE_URL": "postgresql://db/app"}) == 0
+    assert migrations == [{"dsn": "postgresql://db/app", "schema": None}]
+    assert json.loads(capsys.readouterr().out)["schema"] == "public"
+
+
 def test_migrate_prints_what_it_applied_without_json(
     capsys: Capture, migrations: list[dict[str, Any]]
 ) -> None:

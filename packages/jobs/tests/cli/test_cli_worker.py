@@ -149,7 +149,7 @@ def test_worker_refuses_a_max_in_flight_of_zero(capsys: Capture, app: Any) -> No
     [
         ("{m}", "module:attribute"),
         ("{m}:MISSING", "no attribute"),
-        ("{m}:NOT_A_LIST", "not a list of jobs"),
+        ("{m}:RAN", "empty list"),
         ("{m}:EMPTY", "empty list"),
         ("no_such_module_for_x_worker:JOBS", "no module named"),
     ],
@@ -163,6 +163,25 @@ def test_worker_refuses_an_app_that_is_not_a_list_of_jobs(
     error = json.loads(capsys.readouterr().err)["error"]
     assert error["code"] == "X_CONFIG_INVALID"
     assert words in error["message"]
+
+
+def test_worker_accepts_a_single_job_as_well_as_a_list(capsys: Capture, app: Any) -> None:
+    module = app()
+    driver = memory_job_driver()
+    job_id = put_ping(driver, 9)
+    assert run_worker(["worker", "--app", f"{module}:NOT_A_LIST", "--json"], driver) == 0
+    assert json.loads(capsys.readouterr().out)["stats"]["completed"] == 1
+    assert asyncio.run(driver.introspect.show(job_id)).state == "done"
+
+
+def test_worker_refuses_an_attribute_that_is_neither_a_job_nor_a_list(
+    capsys: Capture, app: Any
+) -> None:
+    module = app()
+    argv = ["worker", "--app", f"{module}:asyncio", "--json"]
+    assert main(argv, driver=memory_job_driver()) == 1
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["code"] == "X_CONFIG_INVALID" and "not a list of jobs" in error["message"]
 
 
 def test_worker_refuses_an_empty_queue_name(capsys: Capture, app: Any) -> None:

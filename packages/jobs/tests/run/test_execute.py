@@ -228,6 +228,7 @@ async def test_a_retry_after_code_waits_what_the_responder_said_clamped_by_max_d
         name="exec-clamped",
     )
     outcome, _ = await run_once(driver, clamped)
+    assert outcome.outcome == "release"  # throttled: deferred uncounted (docs/jobs.md)
     assert outcome.delay_ms == 60_000
 
 

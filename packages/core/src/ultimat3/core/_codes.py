@@ -38,11 +38,13 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "the worker holding this job is draining (SIGTERM)",
         "none — the job goes straight back to the queue and another worker claims it. Pass "
         "ctx.signal to outbound calls and throw_if_aborted(ctx) between steps",
+        status=503,
     ),
     CodeInfo(
         "X_JOB_TIMEOUT",
         "the run exceeded its timeout",
         "raise job(timeout=...) or split the work into more steps",
+        status=504,
     ),
     CodeInfo(
         "X_JOB_SLOT_LOST",
@@ -66,6 +68,7 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "X_IDEMPOTENCY_CONFLICT",
         "the idempotency key was already used with a different payload, or is still in flight",
         "use a fresh key for a different payload; otherwise retry after the first settles",
+        status=409,
     ),
     CodeInfo(
         "X_JOB_DECLARATION_INVALID",
@@ -79,12 +82,14 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "enqueue with the payload's own tenant, or wrap an ambient cross-tenant enqueue in "
         "cross_tenant('<why>', fn) as an actor holding tenancy:cross",
         _T,
+        status=403,
     ),
     CodeInfo(
         "X_JOB_KEY_BUSY",
         "another run holds this concurrency key",
         "x jobs retry <id> re-queues it once the other run settles; or use when_busy='wait'",
         _T,
+        status=409,
     ),
     CodeInfo(
         "X_JOB_CONCURRENCY_UNENFORCEABLE",
@@ -96,11 +101,13 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "X_JOB_ENQUEUE_BATCH_TOO_LARGE",
         "enqueue_many was given more inputs than MAX_ENQUEUE_BATCH",
         "split the inputs into batches of at most MAX_ENQUEUE_BATCH (10,000)",
+        status=413,
     ),
     CodeInfo(
         "X_JOB_DUPLICATE",
         "a live job already holds this idempotency key",
         "let the live job settle, or cancel it, then retry",
+        status=409,
     ),
     CodeInfo(
         "X_N_PLUS_ONE_WRITE",
@@ -138,6 +145,7 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "an event payload failed the wait_for_event schema",
         "publish a payload the schema accepts, or widen the schema; then x jobs retry <id>",
         _T,
+        status=422,
     ),
     CodeInfo(
         "X_JOB_COMPENSATION_FAILED",
@@ -163,6 +171,12 @@ _ENTRIES: tuple[CodeInfo, ...] = (
     ),
     # --- introspection ---------------------------------------------------------------------
     CodeInfo(
+        "X_JOB_RESULT_TIMEOUT",
+        "the run did not settle within the result's timeout",
+        "await job.result(id, timeout='2m') with a longer timeout, or check x jobs show <id>",
+        status=504,
+    ),
+    CodeInfo(
         "X_JOB_NOT_FOUND",
         "no job has this id",
         "check the id with x jobs list --json",
@@ -172,27 +186,32 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "X_JOB_NOT_REMOVABLE",
         "a running job cannot be removed",
         "cancel it first (x jobs cancel <id>), then remove it",
+        status=409,
     ),
     CodeInfo(
         "X_JOB_NOT_REQUEUEABLE",
         "only a finished job (done, failed, dead, cancelled) can be requeued",
         "wait for the job to finish, or cancel it first",
+        status=409,
     ),
     CodeInfo(
         "X_JOB_NOT_CANCELLABLE",
         "the job is already finished, or the driver cannot cancel",
         "nothing to stop: x jobs show <id> --json shows how it ended",
+        status=409,
     ),
     CodeInfo(
         "X_JOB_PAGE_INVALID",
         "the page size is over MAX_JOB_PAGE or the cursor came from no page",
         "ask for at most 200 rows and pass job_cursor(row) of a row you were given",
+        status=422,
     ),
     CodeInfo(
         "X_NOT_IMPLEMENTED",
         "the driver does not implement this operation",
         "install a driver that does: install_job_driver(memory_job_driver()) in a test, "
         "postgres_job_driver(dsn) in an app",
+        status=501,
     ),
     # --- drivers, locks, rate limits ------------------------------------------------------
     CodeInfo(
@@ -258,6 +277,7 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "a csv record is larger than max_record_bytes (usually an unclosed quote)",
         "close the quote at the byte offset named, or raise max_record_bytes",
         _T,
+        status=413,
     ),
     CodeInfo(
         "X_IMPORT_TOO_MANY_ERRORS",
@@ -437,6 +457,7 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "X_BODY_INVALID",
         "the request body is invalid or too large",
         "send a body within max_bytes in the expected format",
+        status=422,
     ),
     # --- general ----------------------------------------------------------------------------------
     CodeInfo(
@@ -477,6 +498,7 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "the id is not a lowercase UUID",
         "pass a canonical lowercase UUID such as new_id() returns",
         _T,
+        status=422,
     ),
     CodeInfo(
         "X_DURATION_INVALID",
@@ -484,6 +506,7 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "pass a positive duration: '500ms', '90s', '2m', '3h', '3d', '1w', '1h30m', an int of "
         "milliseconds or a datetime.timedelta",
         _T,
+        status=422,
     ),
     CodeInfo(
         "X_ADAPTER_MISSING",
@@ -495,6 +518,7 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "the money value is invalid",
         "use integer minor units, an ISO 4217 currency and one currency per sum",
         _T,
+        status=422,
     ),
     # --- entity (ultimat3.entity) ---------------------------------------------------------
     CodeInfo(

@@ -49,6 +49,12 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.webhook.attempt": "info",
         "jobs.webhook.disabled": "warning",
         "jobs.webhook.declared": "debug",
+        # the worker's per-attempt lines (issue 17)
+        "jobs.attempt.failed": "warning",
+        "jobs.run.dead-lettered": "error",
+        "jobs.run.failed": "error",
+        "jobs.run.completed": "debug",
+        "jobs.outbox.relay-failed": "warning",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""

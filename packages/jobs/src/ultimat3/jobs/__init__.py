@@ -26,6 +26,8 @@ from ultimat3.jobs._declare.task import (
     task,
 )
 from ultimat3.jobs._process.relay import outbox_relay
+from ultimat3.jobs._process.relay_loop import RelayLoop, RelayStats, relay_loop
+from ultimat3.jobs._process.run_jobs import RunningJobs, run_jobs
 from ultimat3.jobs._process.scheduler import SchedulerStats, TaskScheduler, task_scheduler
 from ultimat3.jobs._process.settings import WorkerSettings
 from ultimat3.jobs._process.worker import JobWorker, WorkerStats, job_worker
@@ -191,10 +193,13 @@ __all__ = [
     "JobWorker",
     "LockGrant",
     "MemoryEventBus",
+    "RelayLoop",
+    "RelayStats",
     "Retry",
     "RunEvent",
     "RunObserver",
     "RunOutcome",
+    "RunningJobs",
     "SchedulerStats",
     "Settled",
     "SettledOutcome",
@@ -214,6 +219,8 @@ __all__ = [
     "next_task_run",
     "outbox_relay",
     "publish_event",
+    "relay_loop",
+    "run_jobs",
     "task",
     "task_scheduler",
     "with_lock",

@@ -28,6 +28,8 @@ from ultimat3.jobs._declare.checks import (
 )
 from ultimat3.jobs._declare.enqueue import enqueue_batch, enqueue_one
 from ultimat3.jobs._declare.policy import MAX_CONCURRENCY_KEY, Concurrency, Retry, WhenBusy
+from ultimat3.jobs._declare.result import job_result
+from ultimat3.jobs._declare.sync_body import as_async_body
 from ultimat3.jobs.adapter import EnqueueResult
 
 if TYPE_CHECKING:
@@ -89,7 +91,7 @@ class Job(Generic[I, R]):
         self._list_adapter: TypeAdapter[list[I]] | None = None
         self._key = idempotency_key
         self._concurrency_key = concurrency_key
-        self._body = body
+        self._body: Body[I, R] = as_async_body(body)
 
     def __repr__(self) -> str:
         return f"<Job {self.name!r} queue={self.queue!r}>"
@@ -237,6 +239,12 @@ class Job(Generic[I, R]):
         return await enqueue_one(
             self, input, run_id=run_id, delay=delay, run_at=run_at, as_actor=(actor,)
         )
+
+    async def result(self, job_id: str, *, timeout: Duration = "30s") -> Any:  # noqa: ASYNC109 (pinned: PYTHON-API.md)
+        """The stored result of run ``job_id`` once it settles (woken by the settle where the
+        driver pushes it). A dead, failed or cancelled run raises its ``XError``; past
+        ``timeout`` it is ``X_JOB_RESULT_TIMEOUT``."""
+        return await job_result(self, job_id, timeout=timeout)
 
     async def run(self, input: I, step: Step, ctx: JobContext) -> R:
         """The body itself. The worker's ``execute_job`` calls it; app code does not — a direct

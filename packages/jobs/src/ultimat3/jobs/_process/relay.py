@@ -3,15 +3,17 @@
 One pass claims a batch (``batch_size``, 500 by default) and publishes it in two calls —
 ``driver.enqueue_many`` then ``store.mark_published_many``. A batch that fails anywhere falls
 back to the row loop for that batch, which publishes in order up to the failing row, releases the
-rest, and names the poison row in ``jobs.outbox.publish-failed``. Every row is published under the
-id it was staged with, so a batch republished after a crash before its mark adds no row.
+rest, and names the poison row in ``jobs.outbox.publish-failed``. A store without
+``mark_published_many`` keeps the row loop, marking each row with its ``mark_published``. Every
+row is published under the id it was staged with, so a batch republished after a crash before
+its mark adds no row.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ultimat3.core import adapter, log_event
+from ultimat3.core import XError, adapter, log_event
 
 if TYPE_CHECKING:
     from ultimat3.jobs.adapter import EnqueueRequest, JobDriver, OutboxStore
@@ -37,13 +39,14 @@ async def outbox_relay(
     if not batch:
         return 0
     ids = [row_id for row_id, _ in batch]
+    mark = getattr(store, "mark_published_many", None)
+    if mark is None:  # a store that marks one row at a time keeps the row loop
+        return await _row_loop(store, driver, batch)
     try:
         await driver.enqueue_many([request for _, request in batch])
     except Exception:
         return await _row_loop(store, driver, batch)
-    mark = getattr(store, "mark_published_many", None)
-    if mark is not None:
-        await mark(ids)
+    await mark(ids)
     return len(batch)
 
 
@@ -64,6 +67,24 @@ async def _row_loop(
             )
             await store.release([rid for rid, _ in batch[index:]])
             return published
-        await store.mark_published_many([row_id])
+        await _mark_one(store, row_id)
         published += 1
     return published
+
+
+async def _mark_one(store: OutboxStore, row_id: str) -> None:
+    """Mark one row: ``mark_published_many([id])``, or ``mark_published(id)`` on a store that
+    offers only that."""
+    many = getattr(store, "mark_published_many", None)
+    if many is not None:
+        await many([row_id])
+        return
+    one = getattr(store, "mark_published", None)
+    if one is None:
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"the outbox store {store!r} has neither mark_published_many nor mark_published: "
+            "the relay cannot mark what it published, and would publish it again every pass",
+            fix="implement OutboxStore.mark_published_many(row_ids)",
+        )
+    await one(row_id)

@@ -7,9 +7,9 @@ offering ``start_wake`` (``QueueWake``: the Postgres LISTEN session, Redis pub/s
 by ``start()`` with ``wake`` and stopped with the worker.
 ``max_in_flight`` caps the process across every queue: a pass splits its room over the queues
 (``ceil(room / queues left)``), hands what an empty queue leaves to the next, and starts after the
-last queue served, so no queue starves. SIGTERM drains: every held run's signal aborts with
-``X_DRAINING``; a body that stops is handed back with the attempt uncounted. ``stop()`` aborts
-nothing and waits for the work it holds.
+last queue served, so no queue starves. With ``handle_signals=True`` SIGTERM drains: every held
+run's signal aborts with ``X_DRAINING``; a body that stops is handed back with the attempt
+uncounted. ``stop()`` aborts nothing and waits for the work it holds.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def job_worker(
     drain_timeout_ms: int | Unset = UNSET,
     abandon_grace_ms: int | Unset = UNSET,
     claim_batch: int | Unset = UNSET,
-    handle_signals: bool = True,
+    handle_signals: bool = False,
     monotonic: Callable[[], float] | None = None,
     rng: random.Random | None = None,
     depth_sample_interval_ms: int | Unset = UNSET,
@@ -125,7 +125,9 @@ def job_worker(
 
     The tuning knobs are one value, ``settings=WorkerSettings(...)`` (every field defaults to
     what it always has); each may also be given as a keyword of its own, as before. ``app`` is
-    what ``ctx.app`` answers; ``monotonic`` and ``rng`` are test hooks (the run's clock for
+    what ``ctx.app`` answers; ``handle_signals=True`` makes SIGTERM drain the worker (off by
+    default: the process's signals belong to its owner — a web server, ``x worker``);
+    ``monotonic`` and ``rng`` are test hooks (the run's clock for
     leases and the backoff's randomness)."""
     if settings is not None and not isinstance(settings, WorkerSettings):
         raise _config_error(
@@ -528,7 +530,9 @@ class JobWorker:
         if not isinstance(driver, ExhaustionReporter):
             return
         for row in driver.take_exhausted():
-            jobs_total_counter().add(1, {"queue": row.queue, "outcome": row.outcome})
+            jobs_total_counter().add(
+                1, {"job": row.name, "queue": row.queue, "outcome": row.outcome}
+            )
             job = self.jobs.get(row.name)
             if job is None:
                 continue

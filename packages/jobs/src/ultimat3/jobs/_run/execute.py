@@ -42,6 +42,7 @@ from ultimat3.jobs._run.limiter import rate_limited
 from ultimat3.jobs._run.observe import RunEvent
 from ultimat3.jobs._run.on_settled import SettledOutcome, notify_settled
 from ultimat3.jobs._run.outcome import ExecutionSettings, RunOutcome
+from ultimat3.jobs._run.run_log import job_duration_histogram, log_outcome
 from ultimat3.jobs._run.steps import RunState, Step, StepSuspended, error_dict
 from ultimat3.jobs._telemetry.spans import end_run_span, run_span
 from ultimat3.jobs.adapter import ClaimedJob, driver_leases
@@ -57,7 +58,7 @@ def jobs_total_counter() -> Counter:
     global _jobs_counter
     if _jobs_counter is None:
         _jobs_counter = meter().create_counter(
-            "jobs_total", description="attempts settled, by queue and outcome"
+            "jobs_total", description="attempts settled, by job, queue and outcome"
         )
     return _jobs_counter
 
@@ -83,7 +84,11 @@ async def execute_job(
         with run_span(spans, claimed) as span:  # CONSUMER, linked to the enqueuing request
             outcome = await run.execute()
             end_run_span(span, outcome)
-    jobs_total_counter().add(1, {"queue": claimed.queue, "outcome": outcome.outcome})
+    labels = {"job": claimed.name, "queue": claimed.queue, "outcome": outcome.outcome}
+    jobs_total_counter().add(1, labels)
+    took = time.monotonic() - run.started
+    job_duration_histogram().record(took, labels)
+    log_outcome(claimed, outcome, took)
     return outcome
 
 
@@ -406,6 +411,10 @@ class _Attempt(Settles):
             if reason.code == "X_JOB_LEASE_LOST":
                 return self._outcome("lost", landed=False, error=reason.to_dict())
             return await self._fail(error_dict(reason))
+        if isinstance(exc, XError) and exc.code == "X_RATE_LIMITED":
+            # throttled, not failed: back at its Retry-After, the attempt uncounted
+            ceiling = self.job.retry.max_delay_ms if self.job is not None else 86_400_000
+            return await self._release(exc, delay_ms=min(_retry_after_ms(exc), ceiling))
         return await self._fail(error_dict(exc, step=self._step_of(exc)))
 
     def _step_of(self, exc: BaseException) -> str | None:
@@ -478,6 +487,17 @@ class _Attempt(Settles):
                 f"the row was queued for {self.claimed.tenant_id!r}; refused before the body",
                 meta={"job_id": self.claimed.id, "tenant": declared},
             )
+
+
+RATE_LIMITED_DEFAULT_MS = 1000
+"""An ``X_RATE_LIMITED`` without ``meta['retry_after_seconds']`` is deferred this long."""
+
+
+def _retry_after_ms(exc: XError) -> int:
+    seconds = exc.meta.get("retry_after_seconds")
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds == seconds:
+        return max(0, min(int(seconds * 1000), 86_400_000))
+    return RATE_LIMITED_DEFAULT_MS
 
 
 _ACTORS: dict[tuple[str, str | None], Actor] = {}

@@ -189,8 +189,10 @@ class Heartbeat:
             "jobs.lease.lost",
             job_id=claimed.id,
             job=claimed.name,
+            attempt=claimed.attempt,
             queue=claimed.queue,
             worker_id=claimed.worker_id,
+            code="X_JOB_LEASE_LOST",
             why=why,
         )
         leases_lost_counter().add(1, {"queue": claimed.queue})

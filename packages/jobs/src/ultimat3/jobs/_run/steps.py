@@ -30,6 +30,7 @@ from ultimat3.core import (
     to_json_form,
 )
 from ultimat3.jobs._run.observe import RunEvent, RunEventKind, RunObserver
+from ultimat3.jobs._run.run_log import bounded_traceback
 from ultimat3.jobs._telemetry.spans import mark_step, step_span, step_spans_on
 from ultimat3.jobs.adapter import ClaimedJob, StepRecord
 
@@ -566,20 +567,27 @@ def _parse_event(
 
 def error_dict(exc: BaseException, *, step: str | None = None) -> dict[str, Any]:
     """The stored form of an error: ``XError.to_dict()``; any other exception as a dict of the
-    same shape with ``code`` ``None`` (unclassified: retryable) and its type in ``meta``."""
+    same shape with ``code`` ``None`` (unclassified: retryable) and its type in ``meta``. An
+    exception that was raised adds ``traceback`` (bounded, newest frames kept)."""
+    trace = bounded_traceback(exc)
     if isinstance(exc, XError):
         out = exc.to_dict()
         if step is not None:
             out["meta"] = {**out["meta"], "step": step}
+        if trace is not None:
+            out["traceback"] = trace
         return out
     meta: dict[str, Any] = {"type": type(exc).__name__}
     if step is not None:
         meta["step"] = step
     where = f"step {step!r} failed: " if step is not None else ""
-    return {
+    out = {
         "code": None,
         "message": f"{where}{type(exc).__name__}: {exc}",
         "fix": None,
         "meta": meta,
         "status": None,
     }
+    if trace is not None:
+        out["traceback"] = trace
+    return out

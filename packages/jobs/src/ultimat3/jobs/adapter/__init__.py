@@ -36,6 +36,7 @@ from ._driver import (
     JobDriver,
     QueueSampler,
     QueueWake,
+    SettleWatch,
     StepStore,
     TaskFirer,
     WakeHandle,
@@ -45,6 +46,7 @@ from ._driver import (
     driver_introspect,
     driver_leases,
     driver_members_missing,
+    driver_settle_watch,
     driver_wake,
 )
 from ._introspect_rules import (
@@ -175,6 +177,7 @@ __all__ = [
     "QueueSampler",
     "QueueStats",
     "QueueWake",
+    "SettleWatch",
     "StepRecord",
     "StepState",
     "StepStore",
@@ -193,6 +196,7 @@ __all__ = [
     "driver_introspect",
     "driver_leases",
     "driver_members_missing",
+    "driver_settle_watch",
     "driver_wake",
     "install_job_driver",
     "installed_job_driver",

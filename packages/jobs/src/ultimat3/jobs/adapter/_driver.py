@@ -9,6 +9,7 @@ only while that claim still holds the row, and answers whether it landed.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -182,6 +183,21 @@ class QueueWake(Protocol):
 
 
 @runtime_checkable
+class SettleWatch(Protocol):
+    """Optional driver member: a push when a run settles for good (``done``, ``failed``,
+    ``dead``, ``cancelled``), so ``await job.result(id)`` wakes at the settle instead of polling
+    (Postgres: a LISTEN on the settle's notification; memory: in-process futures).
+
+    ``await watch_settled(job_id)`` registers BEFORE the caller reads the row (so a settle in
+    between is not missed) and answers a future resolved when that run may have settled;
+    ``unwatch_settled(job_id, future)`` drops it. A driver without it is polled (with backoff)."""
+
+    async def watch_settled(self, job_id: str) -> asyncio.Future[None]: ...
+
+    def unwatch_settled(self, job_id: str, future: asyncio.Future[None]) -> None: ...
+
+
+@runtime_checkable
 class DriverEventBus(Protocol):
     """Optional driver member: the event bus over the driver's own store (Postgres:
     ``postgres_event_bus(driver)``; memory: ``memory_event_bus(driver)``), answered the same
@@ -307,6 +323,11 @@ def driver_leases(driver: object) -> LeaseStore | None:
 def driver_wake(driver: object) -> QueueWake | None:
     """The driver's wake (``start_wake``), when it offers one."""
     return driver if isinstance(driver, QueueWake) else None
+
+
+def driver_settle_watch(driver: object) -> SettleWatch | None:
+    """The driver's settle push (``watch_settled``), when it offers one."""
+    return driver if isinstance(driver, SettleWatch) else None
 
 
 def driver_event_bus(driver: object) -> EventBus | None:

@@ -67,7 +67,7 @@ async def cmd_migrate(inv: Invocation) -> Answer:
     data = {
         "migrated": True,
         "database": redact(choice.url),
-        "schema": choice.schema,
+        "schema": choice.schema if choice.schema is not None else "public",
         "result": to_json_dict(result),
         "seconds": seconds,
     }

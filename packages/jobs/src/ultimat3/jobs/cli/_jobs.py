@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ultimat3.core import XError, format_duration, from_epoch_ms, parse_duration
@@ -200,6 +201,10 @@ def _show_text(job: JobDetail, backfill: BackfillRow | None) -> str:
     ]
     width = max(len(k) for k, _ in fields)
     lines = [f"{k.ljust(width)}  {v}" for k, v in fields]
+    trace = job.last_error.get("traceback") if isinstance(job.last_error, Mapping) else None
+    if isinstance(trace, str) and trace:
+        lines += ["", "last error's traceback (newest frames kept, at most 8 KiB):"]
+        lines += [f"  {line}" for line in trace.rstrip("\n").splitlines()]
     if backfill is not None:
         lines.append(
             f"{'backfill'.ljust(width)}  {backfill.name} {backfill.state}, "

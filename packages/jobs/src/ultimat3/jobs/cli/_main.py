@@ -13,7 +13,7 @@ from typing import NoReturn, TextIO
 from ultimat3.core import XError
 from ultimat3.jobs.adapter import JobDriver
 from ultimat3.jobs.cli import _dashboard, _db, _jobs, _scheduler, _tasks, _worker
-from ultimat3.jobs.cli._driver import DRIVER_KINDS, DriverSource, choose_driver
+from ultimat3.jobs.cli._driver import DRIVER_KINDS, DriverSource, choose_driver, redact
 from ultimat3.jobs.cli._invocation import Handler, Invocation
 from ultimat3.jobs.cli._output import (
     EXIT_ERROR,
@@ -147,10 +147,26 @@ async def main_async(
         finally:
             await source.close()
     except XError as exc:
-        emit_error(exc, as_json=as_json, err=err)
+        emit_error(_cli_fix(exc, args, environ), as_json=as_json, err=err)
         return EXIT_ERROR
     emit(answer, as_json=as_json, out=out)
     return EXIT_OK
+
+
+def _cli_fix(exc: XError, args: argparse.Namespace, env: Mapping[str, str]) -> XError:
+    """A schema nobody migrated: from the command line the fix is ``x db migrate``, not the
+    library's ``await migrate(...)``."""
+    meta = exc.meta
+    if exc.code != "X_CONFIG_INVALID" or "operation" not in meta or "schema" not in meta:
+        return exc
+    url = getattr(args, "database_url", None) or env.get("DATABASE_URL")
+    command = "x db migrate"
+    if url:
+        command += f" --database-url '{redact(url)}'"
+    schema = meta.get("schema")
+    if schema not in (None, "public"):
+        command += f" --schema {schema}"
+    return XError(exc.code, exc.message, fix=command, meta=dict(meta), status=exc.status)
 
 
 def worker_pool_size(max_in_flight: object) -> int | None:

@@ -23,13 +23,17 @@ from typing import TYPE_CHECKING, Any, Final
 from ultimat3.core import XError, swap_adapter
 from ultimat3.jobs.adapter import JOB_DRIVER, to_json_dict
 from ultimat3.jobs.cli._invocation import Commands, Invocation
+from ultimat3.jobs.cli._logging import check_log_options, root_logging
 from ultimat3.jobs.cli._output import Answer
 
 if TYPE_CHECKING:
     from ultimat3.jobs import JobWorker
 
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
-_APP_FIX: Final = "pass --app myapp.jobs:JOBS, where JOBS = [onboard_org, send_digest]"
+_APP_FIX: Final = (
+    "pass --app myapp.jobs:JOBS, where JOBS = [onboard_org, send_digest] (or one job: "
+    "--app myapp.jobs:onboard_org)"
+)
 
 
 def register(root: Commands, common: argparse.ArgumentParser) -> None:
@@ -40,18 +44,32 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         "--app",
         required=True,
         metavar="MODULE:ATTRIBUTE",
-        help="where the app's list of jobs is, e.g. myapp.jobs:JOBS",
+        help="where the app's list of jobs (or one job) is, e.g. myapp.jobs:JOBS",
     )
     p.add_argument(
         "--queues",
         metavar="A,B",
-        help="serve only these queues (default: every queue the jobs declare)",
+        help="serve only these queues (default: $WORKER_QUEUES, else every queue the jobs declare)",
     )
     p.add_argument(
         "--max-in-flight",
         type=int,
         metavar="N",
         help="at most N runs at once in this process (default: no process cap)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        metavar="LEVEL",
+        help="the root logger's level: debug (a line per completed run too), info (default), "
+        "warning, error",
+    )
+    p.add_argument(
+        "--log-format",
+        default="text",
+        metavar="FORMAT",
+        help="text (one line a record, default) or json (one object a line, the event's fields "
+        "as keys)",
     )
     p.add_argument(
         "--metrics-port",
@@ -96,6 +114,10 @@ def load_jobs(spec: str) -> list[Any]:
                 fix=_APP_FIX,
             )
         found = getattr(found, part)
+    from ultimat3.jobs import Job  # the engine loads only when a worker runs
+
+    if isinstance(found, Job):  # one job: --app myapp.jobs:send_welcome
+        return [found]
     if not isinstance(found, list | tuple):
         raise XError(
             "X_CONFIG_INVALID",
@@ -180,7 +202,8 @@ async def serve(
 async def cmd_worker(inv: Invocation) -> Answer:
     a = inv.args
     jobs = load_jobs(a.app)
-    queues = parse_queues(a.queues)
+    queues = parse_queues(a.queues if a.queues is not None else inv.env.get("WORKER_QUEUES"))
+    check_log_options(a.log_level, a.log_format)  # refused before anything starts
     endpoint = None
     if a.metrics_port is not None:
         from ultimat3.jobs.cli._metrics import serve_metrics
@@ -194,7 +217,8 @@ async def cmd_worker(inv: Invocation) -> Answer:
                 "when that provider has a PrometheusMetricReader)"
             )
     try:
-        return await _run_worker(inv, jobs, queues)
+        with root_logging(a.log_level, a.log_format):
+            return await _run_worker(inv, jobs, queues)
     finally:
         if endpoint is not None:
             endpoint.close()

@@ -17,6 +17,7 @@ leases, expiry and counters.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
@@ -93,6 +94,19 @@ class MemoryJobDriver:
 
     async def now_ms(self) -> int:
         return self._s.now_ms()
+
+    async def watch_settled(self, job_id: str) -> asyncio.Future[None]:
+        """``SettleWatch``: a future resolved when ``job_id`` reaches a terminal state."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._s.settle_watchers.setdefault(job_id, []).append(future)
+        return future
+
+    def unwatch_settled(self, job_id: str, future: asyncio.Future[None]) -> None:
+        watchers = self._s.settle_watchers.get(job_id)
+        if watchers is not None and future in watchers:
+            watchers.remove(future)
+            if not watchers:
+                del self._s.settle_watchers[job_id]
 
     def owns_connection(self, connection: object) -> bool:
         """Never: the memory driver joins no database transaction, so an enqueue made inside one

@@ -4,13 +4,22 @@ into a stored row. Nothing here awaits: every operation over it is atomic on the
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ultimat3.core import Clock, XError, current_clock, dumps_json, from_epoch_ms
-from ultimat3.jobs.adapter import LIVE_STATES, JobDetail, JobRow, JobState, StepRecord, StepState
+from ultimat3.jobs.adapter import (
+    LIVE_STATES,
+    TERMINAL_STATES,
+    JobDetail,
+    JobRow,
+    JobState,
+    StepRecord,
+    StepState,
+)
 
 from ._counters import CounterBook
 
@@ -161,6 +170,8 @@ class MemoryState:
     task_fires: dict[str, tuple[int, int]] = field(default_factory=dict)
     workers: dict[str, MemWorker] = field(default_factory=dict)
     counters: CounterBook = field(default_factory=CounterBook)
+    settle_watchers: dict[str, list[asyncio.Future[None]]] = field(default_factory=dict)
+    """``job.result`` waiters by job id, resolved when the row reaches a terminal state."""
 
     def now_ms(self) -> int:
         """The driver's clock: the one it was given, else the ambient one read at each call."""
@@ -177,6 +188,10 @@ class MemoryState:
         was_live = row.live
         row.state = state
         row.updated_at_ms = now_ms
+        if state in TERMINAL_STATES and self.settle_watchers:
+            for future in self.settle_watchers.pop(row.id, ()):
+                if not future.done():
+                    future.set_result(None)
         if was_live and not row.live:
             if self.live_keys.get(row.live_key) == row.id:
                 del self.live_keys[row.live_key]

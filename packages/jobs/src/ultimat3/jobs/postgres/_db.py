@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from ultimat3.core import XError
+from ultimat3.jobs.postgres._dial import PROBE_TIMEOUT_S, check_dsn, probe
 from ultimat3.jobs.postgres._sql import check_schema_name, compile_queries
 
 Conn: TypeAlias = psycopg.AsyncConnection[Any]
@@ -402,6 +403,8 @@ class Database:
             if opened is not None:
                 return opened
             assert self._dsn is not None
+            check_dsn(self._dsn)
+            await probe(self._dsn, timeout_s=min(PROBE_TIMEOUT_S, self._timeout_s))
             kwargs: dict[str, Any] = {"autocommit": True}
             given_params = conninfo_to_dict(self._dsn)
             if "connect_timeout" not in given_params:

@@ -9,6 +9,7 @@ database's.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
@@ -46,6 +47,7 @@ from ultimat3.jobs.postgres._rows import (
     to_json_text,
     worker_row,
 )
+from ultimat3.jobs.postgres._settle_watch import PostgresSettleWatch
 from ultimat3.jobs.postgres._steps import PostgresStepStore
 from ultimat3.jobs.postgres._wake import QueueWake
 
@@ -94,6 +96,7 @@ class PostgresJobDriver:
         self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
         self._steps = PostgresStepStore(self._db, self._stepless)
         self.leases = PostgresLeaseStore(self._db)
+        self._settle_watch = PostgresSettleWatch(self._db)
         self.introspect = PostgresJobIntrospection(self._db)
         self.backfills = PostgresBackfillLedger(self._db)
         if (
@@ -141,7 +144,16 @@ class PostgresJobDriver:
         passed in stays the caller's."""
         await self._acker.idle()
         await self._enqueuer.close()
+        await self._settle_watch.stop()
         await self._db.close()
+
+    async def watch_settled(self, job_id: str) -> asyncio.Future[None]:
+        """``SettleWatch``: a future resolved when ``job_id``'s final settle commits (the
+        driver's one settle LISTEN session, opened on the first call)."""
+        return await self._settle_watch.watch(job_id)
+
+    def unwatch_settled(self, job_id: str, future: asyncio.Future[None]) -> None:
+        self._settle_watch.unwatch(job_id, future)
 
     async def start_wake(
         self, on_wake: Callable[[str], object], *, queues: Collection[str] | None = None

@@ -131,6 +131,15 @@ def outbox_channel(schema: str) -> str:
     return "x_outbox." + hashlib.sha256(schema.encode()).hexdigest()[:32]
 
 
+def settle_channel(schema: str) -> str:
+    """The channel a run's final settle (done, dead, failed) notifies with its id at commit, so
+    a ``job.result()`` waiter wakes at once."""
+    channel = f"x_settled.{schema}"
+    if len(channel.encode()) <= MAX_IDENTIFIER_BYTES:
+        return channel
+    return "x_settled." + hashlib.sha256(schema.encode()).hexdigest()[:32]
+
+
 def _lease_lost_error() -> str:
     base = XError("X_JOB_LEASE_LOST", "the lease lapsed on the final attempt").to_dict()
     return json.dumps(base, separators=(",", ":"))
@@ -152,7 +161,9 @@ def compile_queries(schema: str) -> MappingProxyType[str, str]:
     )
     fills["channel"] = sql.Literal(wake_channel(schema))
     fills["channel_ident"] = sql.Identifier(wake_channel(schema))
+    fills["settle_channel_ident"] = sql.Identifier(settle_channel(schema))
     fills["outbox_channel"] = sql.Literal(outbox_channel(schema))
+    fills["settle_channel"] = sql.Literal(settle_channel(schema))
     fills["event_note"] = sql.Literal(EVENT_NOTE)
     fills["counter_bucket_ms"] = _int_array(tuple(b for b, _ in COUNTER_TIERS))
     fills["counter_kept_ms"] = _int_array(tuple(k for _, k in COUNTER_TIERS))

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ultimat3.core import XError, use_connection
+from ultimat3.core import XError, current_signal, use_connection
 from ultimat3.jobs.postgres._db import Conn, Pool
 
 
@@ -19,7 +19,13 @@ async def transaction(source: Pool | Conn) -> AsyncIterator[Conn]:
     row in this transaction: committed at the end of the block, the jobs are queued; rolled back
     (an exception leaves the block), they never existed.
 
-    ``async with transaction(pool) as conn:`` — write the business rows on ``conn`` too."""
+    ``async with transaction(pool) as conn:`` — write the business rows on ``conn`` too.
+
+    Inside a run whose signal is aborted (its timeout, a drain, a lost lease) it rethrows the
+    signal's reason instead of opening a transaction: the run must stop writing."""
+    signal = current_signal()
+    if signal is not None and signal.aborted and signal.reason is not None:
+        raise signal.reason
     if isinstance(source, AsyncConnectionPool):
         async with source.connection() as conn, conn.transaction(), use_connection(conn):
             yield conn

@@ -5,6 +5,10 @@
 -- The worker process's one LISTEN session (QueueWake). The channel is an identifier here.
 LISTEN {channel_ident}
 
+-- name: settle_listen
+-- A job.result() waiter's LISTEN session (one per driver, opened on the first wait).
+LISTEN {settle_channel_ident}
+
 -- name: wake_probe
 -- The proof probe, sent through the driver's pool: it must come back on the LISTEN session
 -- (PgBouncer in transaction mode, for one, delivers no notification).

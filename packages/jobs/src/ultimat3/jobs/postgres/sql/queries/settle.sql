@@ -24,12 +24,14 @@ settled AS (
     FROM settled_rows r
 ),
 {count_settled}
-SELECT count(*) FROM settled_rows
+SELECT count(*), (SELECT count(pg_notify({settle_channel}, %(id)s::text)) FROM settled_rows)
+FROM settled_rows
 
 -- name: ack_many
 -- A batch of acks of one worker in one statement (x_jobs_pkey per input), the acks as one jsonb
 -- array of [id, claim, result, duration_ms]; answers the ids that landed. The counters move once
--- per job name for the whole batch.
+-- per job name for the whole batch. Each landed ack notifies the settle channel with its id (a
+-- job.result() waiter's wake; delivered at commit).
 WITH input AS (
     SELECT (e.r ->> 0)::uuid AS id,
            (e.r ->> 1)::uuid AS claim,
@@ -59,12 +61,13 @@ settled AS (
     FROM settled_rows r
 ),
 {count_settled}
-SELECT r.id::text FROM settled_rows r
+SELECT r.id::text, pg_notify({settle_channel}, r.id::text) FROM settled_rows r
 
 -- name: nack
 -- Fenced like ack. retry -> ready at run_at; dead / failed -> terminal; suspend -> suspended
 -- (attempt handed back, wait_event kept for wake_waiters); release -> ready (attempt handed
--- back). retried / dead / failed move their counter in this statement.
+-- back). retried / dead / failed move their counter in this statement; dead / failed notify the
+-- settle channel (job.result() waiters).
 WITH settled_rows AS (
     UPDATE {x_jobs} AS j SET
         state = CASE %(outcome)s::text
@@ -92,7 +95,7 @@ WITH settled_rows AS (
       AND j.state = 'running'
       AND j.worker_id = %(worker_id)s
       AND j.claim = %(claim)s::uuid
-    RETURNING j.name
+    RETURNING j.id, j.name
 ),
 settled AS (
     SELECT r.name AS job, 0 AS done,
@@ -104,7 +107,9 @@ settled AS (
     WHERE %(outcome)s::text IN ('retry', 'dead', 'failed')
 ),
 {count_settled}
-SELECT count(*) FROM settled_rows
+SELECT count(*), (SELECT count(pg_notify({settle_channel}, r.id::text)) FROM settled_rows r
+                  WHERE %(outcome)s::text IN ('dead', 'failed'))
+FROM settled_rows
 
 -- name: heartbeat
 UPDATE {x_jobs} AS j SET
