@@ -52,6 +52,7 @@ from ._introspect_rules import (
     check_page,
     check_requeueable_state,
     check_state,
+    job_id_of,
     job_not_found,
     sample_queue_names,
 )
@@ -198,6 +199,7 @@ __all__ = [
     "installed_job_driver",
     "job_cursor",
     "job_driver",
+    "job_id_of",
     "job_not_found",
     "memory_job_driver",
     "parse_job_cursor",
