@@ -215,7 +215,74 @@ KEYED_HOSTILE_JOB: Final[Job[Echo, dict[str, Any]]] = job(
 )
 """A job capped per hostile key: the lease key ``job:<name>:<key>`` carries the text."""
 
-JOBS: Final[list[Job[Any, Any]]] = [STEPS_JOB, SLEEPY_JOB, *HOSTILE_JOBS, KEYED_HOSTILE_JOB]
+
+class Effectful(BaseModel):
+    key: str
+    mode: str = "tx"
+    """``tx``: the effect is written by ``step.transaction`` on its connection; ``run``: by
+    ``step.run`` on a connection of its own (committed at once)."""
+    kill: bool = True
+    """SIGKILL this process right after the FIRST effect, before the step's checkpoint."""
+
+
+async def _killed_before(job_id: str) -> bool:
+    query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE job_id = %s AND note = 'kill')").format(
+        sql.Identifier(_target["schema"], "fault_effects")
+    )
+    async with await psycopg.AsyncConnection.connect(
+        _target["dsn"], autocommit=True, connect_timeout=5
+    ) as conn:
+        cur = await conn.execute(query, (job_id,))
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+
+async def _maybe_die(e: Effectful, job_id: str, attempt: int) -> None:
+    """The first time only (a ``kill`` row marks it): SIGKILL between effect and checkpoint."""
+    if e.kill and not await _killed_before(job_id):
+        await effect(job_id, e.mode, attempt, "kill")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def effect_body(e: Effectful, step: Step, ctx: JobContext) -> Any:
+    if e.mode == "tx":
+
+        async def in_tx(conn: Any) -> dict[str, int]:
+            query = sql.SQL(
+                "INSERT INTO {} (job_id, step, attempt, pid, note) VALUES (%s, %s, %s, %s, %s)"
+            ).format(sql.Identifier(_target["schema"], "fault_effects"))
+            await conn.execute(query, (ctx.job_id, "tx", ctx.attempt, os.getpid(), "effect"))
+            await _maybe_die(e, ctx.job_id, ctx.attempt)
+            return {"attempt": ctx.attempt}
+
+        return await step.transaction("effect", in_tx)
+
+    async def own(signal: Signal) -> dict[str, int]:
+        await effect(ctx.job_id, "run", ctx.attempt, "effect")
+        await _maybe_die(e, ctx.job_id, ctx.attempt)
+        return {"attempt": ctx.attempt}
+
+    return await step.run("effect", own)
+
+
+EFFECT_JOB: Final[Job[Effectful, Any]] = job(
+    input=Effectful,
+    idempotency_key=lambda e: e.key,
+    name="faults.effect",
+    queue=QUEUE,
+    retry=Retry(attempts=5, delay="50ms"),
+    run=effect_body,
+)
+"""An effect killed between it and its checkpoint: once under ``step.transaction``, twice under
+``step.run`` (the at-least-once contract; ``step.key`` is the way out for an external effect)."""
+
+JOBS: Final[list[Job[Any, Any]]] = [
+    STEPS_JOB,
+    SLEEPY_JOB,
+    EFFECT_JOB,
+    *HOSTILE_JOBS,
+    KEYED_HOSTILE_JOB,
+]
 
 # --- the process ----------------------------------------------------------------------------------
 
