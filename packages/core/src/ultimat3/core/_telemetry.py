@@ -37,6 +37,7 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.progress.failed": "warning",
         "jobs.run.crashed": "error",
         "jobs.sample.failed": "warning",
+        "jobs.redis.reset": "error",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""
