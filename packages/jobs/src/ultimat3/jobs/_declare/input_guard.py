@@ -47,8 +47,14 @@ class _Bad(Exception):
 
     def __init__(self, path: str, why: str) -> None:
         super().__init__(path, why)
-        self.path = path
+        self.base = path
         self.why = why
+        self.segments: list[str] = []
+        """Path segments added while the walk unwinds, innermost first (built only on error)."""
+
+    @property
+    def path(self) -> str:
+        return self.base + "".join(reversed(self.segments))
 
 
 def _key_path(path: str, key: object) -> str:
@@ -93,12 +99,13 @@ def _int_digits(value: int, path: str) -> int:
     return len(str(value))
 
 
-def _scan_form(value: Any, path: str, depth: int, size: list[int]) -> bool:
+def _scan_form(value: Any, depth: int, size: list[int]) -> bool:
     """Walk a JSON form (pydantic's ``mode='json'`` dump): answers whether a ``None`` was seen
-    (pydantic writes NaN / Infinity in an ``Any`` field as ``null``); ``_Bad`` otherwise."""
+    (pydantic writes NaN / Infinity in an ``Any`` field as ``null``); ``_Bad`` otherwise, its
+    path assembled only as the walk unwinds (nothing is built on the common, valid path)."""
     kind = type(value)
     if kind is str:
-        size[0] += _check_str(value, path) + 2
+        size[0] += _check_str(value, "") + 2
         return False
     if kind is bool:
         size[0] += 5
@@ -107,32 +114,40 @@ def _scan_form(value: Any, path: str, depth: int, size: list[int]) -> bool:
         if -(10**18) < value < 10**18:
             size[0] += 20
         else:
-            size[0] += _int_digits(value, path)
+            size[0] += _int_digits(value, "")
         return False
     if kind is float:
-        _check_float(value, path)
+        _check_float(value, "")
         size[0] += 24
         return False
     if value is None:
         size[0] += 4
         return True
     if depth >= MAX_INPUT_DEPTH:
-        raise _Bad(path, f"nests deeper than {MAX_INPUT_DEPTH} levels (MAX_INPUT_DEPTH)")
+        raise _Bad("", f"nests deeper than {MAX_INPUT_DEPTH} levels (MAX_INPUT_DEPTH)")
     saw_none = False
     if kind is dict:
         for key, item in value.items():
-            if type(key) is not str:
-                raise _Bad(path, f"the key {key!r} is not a str")
-            child = _key_path(path, key)
-            size[0] += _check_str(key, child) + 4
-            saw_none = _scan_form(item, child, depth + 1, size) or saw_none
+            try:
+                if type(key) is not str:
+                    raise _Bad("", f"has the key {key!r}, which is not a str")
+                size[0] += _check_str(key, "") + 4
+                saw_none = _scan_form(item, depth + 1, size) or saw_none
+            except _Bad as bad:
+                if type(key) is str:
+                    bad.segments.append(_key_path("", key))
+                raise
         return saw_none
     if kind is list:
         for i, item in enumerate(value):
             size[0] += 1
-            saw_none = _scan_form(item, f"{path}[{i}]", depth + 1, size) or saw_none
+            try:
+                saw_none = _scan_form(item, depth + 1, size) or saw_none
+            except _Bad as bad:
+                bad.segments.append(f"[{i}]")
+                raise
         return saw_none
-    raise _Bad(path, f"a {kind.__name__} is not a JSON value")
+    raise _Bad("", f"(of type {kind.__name__}) is not a JSON value")
 
 
 def _children(value: Any) -> list[tuple[object, object]] | None:
@@ -237,7 +252,11 @@ def checked_payload(
             raise _refusal(job, where, _Bad("$", f"has no JSON form ({exc})")) from None
     size = [0]
     try:
-        saw_none = _scan_form(form, "$", 0, size)
+        try:
+            saw_none = _scan_form(form, 0, size)
+        except _Bad as bad:
+            bad.base = "$"
+            raise
         if saw_none:
             _find_bad(adapter.dump_python(value), "$", 0)  # a NaN written as null?
     except _Bad as bad:
