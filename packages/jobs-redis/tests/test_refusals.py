@@ -123,12 +123,22 @@ REFUSALS: dict[str, tuple[Callable[[D], Awaitable[Any]], str, str]] = {
         "X_INVARIANT",
         "since_ms '1h'",
     ),
-    "show unknown": (lambda d: d.introspect.show("j-nobody"), "X_JOB_NOT_FOUND", "'j-nobody'"),
-    "cancel unknown": (lambda d: d.introspect.cancel("j-nobody"), "X_JOB_NOT_FOUND", "j-nobody"),
-    "resolve unknown": (
-        lambda d: d.introspect.resolve_step("j-nobody", "s", ran=True, output=object()),
+    "show unknown": (
+        lambda d: d.introspect.show("0190b5a2-0000-7000-8000-00000000dead"),
         "X_JOB_NOT_FOUND",
-        "j-nobody",
+        "'0190b5a2-0000-7000-8000-00000000dead'",
+    ),
+    "cancel unknown": (
+        lambda d: d.introspect.cancel("0190b5a2-0000-7000-8000-00000000dead"),
+        "X_JOB_NOT_FOUND",
+        "0190b5a2-0000-7000-8000-00000000dead",
+    ),
+    "resolve unknown": (
+        lambda d: d.introspect.resolve_step(
+            "0190b5a2-0000-7000-8000-00000000dead", "s", ran=True, output=object()
+        ),
+        "X_JOB_NOT_FOUND",
+        "0190b5a2-0000-7000-8000-00000000dead",
     ),
 }
 

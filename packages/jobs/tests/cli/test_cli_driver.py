@@ -77,7 +77,10 @@ def test_common_flags_may_come_before_the_command(
 
 
 def test_the_driver_is_closed_after_a_refusal(capsys: Capture, opened: list[ClosingDriver]) -> None:
-    code = main(["jobs", "show", "nope", "--json"], env={"DATABASE_URL": "postgresql://db/app"})
+    code = main(
+        ["jobs", "show", "0190b5a2-0000-7000-8000-00000000dead", "--json"],
+        env={"DATABASE_URL": "postgresql://db/app"},
+    )
     assert code == 1
     assert error_of(capsys)["code"] == "X_JOB_NOT_FOUND"
     assert opened[0].closed

@@ -254,9 +254,9 @@ def test_show_names_the_backfill_pass_of_a_backfill_job(
 
 
 def test_show_refuses_an_id_nobody_queued(capsys: Capture, driver: MemoryJobDriver) -> None:
-    error = refused(capsys, driver, "jobs", "show", "nope")
+    error = refused(capsys, driver, "jobs", "show", "0190b5a2-0000-7000-8000-00000000dead")
     assert error["code"] == "X_JOB_NOT_FOUND"
-    assert "nope" in error["message"]
+    assert "0190b5a2-0000-7000-8000-00000000dead" in error["message"]
 
 
 def test_show_prints_the_steps_without_json(capsys: Capture, driver: MemoryJobDriver) -> None:
@@ -270,7 +270,7 @@ def test_show_prints_the_steps_without_json(capsys: Capture, driver: MemoryJobDr
 def test_a_refusal_without_json_prints_the_code_and_the_fix(
     capsys: Capture, driver: MemoryJobDriver
 ) -> None:
-    assert main(["jobs", "show", "nope"], driver=driver) == 1
+    assert main(["jobs", "show", "0190b5a2-0000-7000-8000-00000000dead"], driver=driver) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     first, second = captured.err.splitlines()[:2]
@@ -309,7 +309,10 @@ def test_retry_refuses_a_live_job(capsys: Capture, driver: MemoryJobDriver) -> N
 
 
 def test_retry_refuses_an_unknown_id(capsys: Capture, driver: MemoryJobDriver) -> None:
-    assert refused(capsys, driver, "jobs", "retry", "nope")["code"] == "X_JOB_NOT_FOUND"
+    assert (
+        refused(capsys, driver, "jobs", "retry", "0190b5a2-0000-7000-8000-00000000dead")["code"]
+        == "X_JOB_NOT_FOUND"
+    )
 
 
 # --- cancel ----------------------------------------------------------------------------------
@@ -409,7 +412,15 @@ def test_resolve_step_refuses_a_step_already_completed(
 
 
 def test_resolve_step_refuses_an_unknown_job(capsys: Capture, driver: MemoryJobDriver) -> None:
-    error = refused(capsys, driver, "jobs", "resolve-step", "nope", "charge", "--not-ran")
+    error = refused(
+        capsys,
+        driver,
+        "jobs",
+        "resolve-step",
+        "0190b5a2-0000-7000-8000-00000000dead",
+        "charge",
+        "--not-ran",
+    )
     assert error["code"] == "X_JOB_NOT_FOUND"
 
 

@@ -40,8 +40,12 @@ async def test_introspection_refuses_bad_filters_by_name(pg_driver: PostgresJobD
     await refused(intro.promote_many(state="done"), "X_INVARIANT", "done")
     await refused(intro.pause_queue(""), "X_INVARIANT", "queue")
     await refused(intro.pause_task(""), "X_INVARIANT", "task")
-    for call in (intro.show("nope"), intro.remove("nope"), intro.cancel("nope")):
-        await refused(call, "X_JOB_NOT_FOUND", "nope")
+    for call in (
+        intro.show("0190b5a2-0000-7000-8000-00000000dead"),
+        intro.remove("0190b5a2-0000-7000-8000-00000000dead"),
+        intro.cancel("0190b5a2-0000-7000-8000-00000000dead"),
+    ):
+        await refused(call, "X_JOB_NOT_FOUND", "0190b5a2-0000-7000-8000-00000000dead")
     assert await intro.list(id_prefix="ABC") == []
 
 

@@ -215,7 +215,169 @@ KEYED_HOSTILE_JOB: Final[Job[Echo, dict[str, Any]]] = job(
 )
 """A job capped per hostile key: the lease key ``job:<name>:<key>`` carries the text."""
 
-JOBS: Final[list[Job[Any, Any]]] = [STEPS_JOB, SLEEPY_JOB, *HOSTILE_JOBS, KEYED_HOSTILE_JOB]
+
+class Effectful(BaseModel):
+    key: str
+    mode: str = "tx"
+    """``tx``: the effect is written by ``step.transaction`` on its connection; ``run``: by
+    ``step.run`` on a connection of its own (committed at once)."""
+    kill: bool = True
+    """SIGKILL this process right after the FIRST effect, before the step's checkpoint."""
+
+
+async def _killed_before(job_id: str) -> bool:
+    query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE job_id = %s AND note = 'kill')").format(
+        sql.Identifier(_target["schema"], "fault_effects")
+    )
+    async with await psycopg.AsyncConnection.connect(
+        _target["dsn"], autocommit=True, connect_timeout=5
+    ) as conn:
+        cur = await conn.execute(query, (job_id,))
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+
+async def _maybe_die(e: Effectful, job_id: str, attempt: int) -> None:
+    """The first time only (a ``kill`` row marks it): SIGKILL between effect and checkpoint."""
+    if e.kill and not await _killed_before(job_id):
+        await effect(job_id, e.mode, attempt, "kill")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def effect_body(e: Effectful, step: Step, ctx: JobContext) -> Any:
+    if e.mode == "tx":
+
+        async def in_tx(conn: Any) -> dict[str, int]:
+            query = sql.SQL(
+                "INSERT INTO {} (job_id, step, attempt, pid, note) VALUES (%s, %s, %s, %s, %s)"
+            ).format(sql.Identifier(_target["schema"], "fault_effects"))
+            await conn.execute(query, (ctx.job_id, "tx", ctx.attempt, os.getpid(), "effect"))
+            await _maybe_die(e, ctx.job_id, ctx.attempt)
+            return {"attempt": ctx.attempt}
+
+        return await step.transaction("effect", in_tx)
+
+    async def own(signal: Signal) -> dict[str, int]:
+        await effect(ctx.job_id, "run", ctx.attempt, "effect")
+        await _maybe_die(e, ctx.job_id, ctx.attempt)
+        return {"attempt": ctx.attempt}
+
+    return await step.run("effect", own)
+
+
+EFFECT_JOB: Final[Job[Effectful, Any]] = job(
+    input=Effectful,
+    idempotency_key=lambda e: e.key,
+    name="faults.effect",
+    queue=QUEUE,
+    retry=Retry(attempts=5, delay="50ms"),
+    run=effect_body,
+)
+"""An effect killed between it and its checkpoint: once under ``step.transaction``, twice under
+``step.run`` (the at-least-once contract; ``step.key`` is the way out for an external effect)."""
+
+
+class Chaos(BaseModel):
+    key: str
+    mode: str
+    """``tx`` (a ``step.transaction`` effect), ``run`` (a ``step.run`` effect), ``sleep`` (a
+    step, a ``step.sleep``, a step) or ``capped`` (the keyed cap's job)."""
+    group: str = "g0"
+
+
+def _insert(table: str) -> sql.Composed:
+    return sql.SQL(
+        "INSERT INTO {} (job_id, step, attempt, pid, note) VALUES (%s, %s, %s, %s, %s)"
+    ).format(sql.Identifier(_target["schema"], table))
+
+
+async def chaos_body(c: Chaos, step: Step, ctx: JobContext) -> dict[str, Any]:
+    if c.mode == "tx":
+
+        async def in_tx(conn: Any) -> int:
+            await conn.execute(
+                _insert("fault_effects"), (ctx.job_id, "tx", ctx.attempt, os.getpid(), "effect")
+            )
+            return ctx.attempt
+
+        await step.transaction("tx", in_tx)
+    elif c.mode == "run":
+
+        async def own(signal: Signal) -> int:
+            await effect(ctx.job_id, "run", ctx.attempt, "effect")
+            return ctx.attempt
+
+        await step.run("run", own)
+    else:
+
+        def named(name: str) -> Callable[[Signal], Awaitable[int]]:
+            async def fn(signal: Signal) -> int:
+                await effect(ctx.job_id, name, ctx.attempt, "effect")
+                return ctx.attempt
+
+            return fn
+
+        await step.run("a", named("a"))
+        await step.sleep("300ms")
+        await step.run("b", named("b"))
+    return {"mode": c.mode, "pid": os.getpid()}
+
+
+CHAOS_JOB: Final[Job[Chaos, dict[str, Any]]] = job(
+    input=Chaos,
+    idempotency_key=lambda c: c.key,
+    name="chaos.mixed",
+    queue=QUEUE,
+    retry=Retry(attempts=25, delay="50ms", max_delay="250ms"),
+    run=chaos_body,
+)
+
+CHAOS_CAP: Final = 2
+
+
+async def capped_body(c: Chaos, step: Step, ctx: JobContext) -> dict[str, Any]:
+    """Inside the keyed cap: the body records when it entered and left (``chaos_cap``), so the
+    soak checks the cap as the bodies saw it."""
+    table = sql.Identifier(_target["schema"], "chaos_cap")
+    async with await psycopg.AsyncConnection.connect(
+        _target["dsn"], autocommit=True, connect_timeout=5
+    ) as conn:
+        cur = await conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (job_id, grp, pid, entered_at) VALUES (%s, %s, %s, "
+                "clock_timestamp()) RETURNING id"
+            ).format(table),
+            (ctx.job_id, c.group, os.getpid()),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        await asyncio.sleep(0.03)
+        await conn.execute(
+            sql.SQL("UPDATE {} SET left_at = clock_timestamp() WHERE id = %s").format(table),
+            (row[0],),
+        )
+    return {"mode": c.mode, "pid": os.getpid()}
+
+
+CHAOS_CAPPED_JOB: Final[Job[Chaos, dict[str, Any]]] = job(
+    input=Chaos,
+    idempotency_key=lambda c: c.key,
+    name="chaos.capped",
+    queue=QUEUE,
+    concurrency=Concurrency(key=lambda c: c.group, limit=CHAOS_CAP),
+    retry=Retry(attempts=25, delay="50ms", max_delay="250ms"),
+    run=capped_body,
+)
+
+JOBS: Final[list[Job[Any, Any]]] = [
+    STEPS_JOB,
+    SLEEPY_JOB,
+    EFFECT_JOB,
+    CHAOS_JOB,
+    CHAOS_CAPPED_JOB,
+    *HOSTILE_JOBS,
+    KEYED_HOSTILE_JOB,
+]
 
 # --- the process ----------------------------------------------------------------------------------
 

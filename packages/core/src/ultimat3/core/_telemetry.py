@@ -55,6 +55,7 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.run.failed": "error",
         "jobs.run.completed": "debug",
         "jobs.outbox.relay-failed": "warning",
+        "jobs.redis.reset": "error",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""

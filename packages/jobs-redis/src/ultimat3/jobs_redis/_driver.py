@@ -57,6 +57,7 @@ from ._codec import (
     step_records,
     text,
 )
+from ._guard import ServerGuard
 from ._import import import_jobs
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
@@ -170,6 +171,7 @@ class RedisJobDriver:
         owns_client: bool,
         command_timeout: float | None = None,
         fast: RespClient | None = None,
+        allow_eviction: bool = False,
     ) -> None:
         self._client = client
         self._owns_client = owns_client
@@ -182,6 +184,10 @@ class RedisJobDriver:
         self.introspect = RedisJobIntrospection(self._r)
         self.backfills = RedisBackfillLedger(self._r)
         self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
+        self.guard = ServerGuard(
+            client, prefix, allow_eviction=allow_eviction, timeout_s=command_timeout
+        )
+        """The maxmemory-policy check and the reset marker (``guard.resets`` counts resets)."""
 
     def __repr__(self) -> str:
         return f"RedisJobDriver(redis={self._r.where!r}, prefix={self._prefix!r})"
@@ -574,6 +580,8 @@ class RedisJobDriver:
         _positive(visibility_timeout_ms, "visibility_timeout_ms")
         if not worker_id:
             raise XError("X_INVARIANT", "register_worker: the id is empty", fix="name the worker")
+        await self.guard.check_policy()  # a worker's start: refuse an evicting server
+        await self.guard.observe_marker()
         now = int(
             await self._r.run(
                 "worker_register",
@@ -599,6 +607,7 @@ class RedisJobDriver:
         landed = await self._r.run(
             "worker_heartbeat", worker_id, json.dumps(list(in_flight)), op="worker heartbeat"
         )
+        await self.guard.observe_marker()  # the server lost its data under us?
         return bool(landed)
 
     async def deregister_worker(self, worker_id: str) -> bool:
@@ -656,6 +665,7 @@ def redis_job_driver(
     prefix: str = "x",
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT_S,
+    allow_eviction: bool = False,
 ) -> RedisJobDriver:
     """The Redis job driver over ``redis.asyncio``.
 
@@ -666,7 +676,16 @@ def redis_job_driver(
 
     ``prefix``: every key is ``{prefix}:...``; the braces are a hash tag, so every key of one
     driver lives in one Redis Cluster slot. Two drivers with different prefixes share nothing.
+
+    ``allow_eviction``: a worker refuses to start (``X_CONFIG_INVALID``) on a server whose
+    ``maxmemory-policy`` is not ``noeviction`` unless this is ``True``.
     """
+    if not isinstance(allow_eviction, bool):
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"redis_job_driver: allow_eviction {allow_eviction!r} is not a bool",
+            fix="pass allow_eviction=True or False",
+        )
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}\r\n"):
         raise XError(
             "X_CONFIG_INVALID",
@@ -684,7 +703,9 @@ def redis_job_driver(
                 meta={what: repr(value)},
             )
     if isinstance(url_or_client, Redis):
-        return RedisJobDriver(url_or_client, prefix=prefix, owns_client=False)
+        return RedisJobDriver(
+            url_or_client, prefix=prefix, owns_client=False, allow_eviction=allow_eviction
+        )
     if not isinstance(url_or_client, str) or not url_or_client:
         raise XError(
             "X_CONFIG_INVALID",
@@ -716,6 +737,7 @@ def redis_job_driver(
         owns_client=True,
         command_timeout=float(command_timeout),
         fast=_lean_client(client, float(connect_timeout), float(command_timeout)),
+        allow_eviction=allow_eviction,
     )
 
 

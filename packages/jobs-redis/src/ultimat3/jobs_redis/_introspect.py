@@ -34,6 +34,7 @@ from ultimat3.jobs.adapter import (
     check_page,
     check_requeueable_state,
     check_state,
+    job_id_of,
     job_not_found,
     parse_job_cursor,
 )
@@ -92,6 +93,7 @@ class RedisJobIntrospection:
     # --- reading ------------------------------------------------------------------------
 
     async def show(self, job_id: str) -> JobDetail:
+        job_id = job_id_of(job_id)
         row, steps = await self._r.run("show", job_id, op="show a job")
         if not row:
             raise job_not_found(job_id)
@@ -173,6 +175,7 @@ class RedisJobIntrospection:
     # --- removing -----------------------------------------------------------------------
 
     async def remove(self, job_id: str) -> None:
+        job_id = job_id_of(job_id)
         status = text(await self._r.run("remove", job_id, op="remove a job"))
         if status == "missing":
             raise job_not_found(job_id)
@@ -229,6 +232,7 @@ class RedisJobIntrospection:
         """Back to ``ready`` with attempts 0, due now. Completed steps are kept, so the run
         replays them from storage and resumes at the step that failed; ``from_step`` drops that
         step and every step recorded after it, so they run again."""
+        job_id = job_id_of(job_id)
         reply = await self._r.run("requeue", job_id, opt(from_step), op="requeue a job")
         status = text(reply[0])
         if status == "missing":
@@ -281,6 +285,7 @@ class RedisJobIntrospection:
         """Stop a live job: ``cancelled``, its claim void (the holder's settles answer False),
         ``last_error`` an ``X_ABORTED`` carrying the reason. A cancel is not a settlement: no
         counter moves."""
+        job_id = job_id_of(job_id)
         error = XError("X_ABORTED", reason or "cancelled by an operator").to_dict()
         error_json = freeze(error, what=f"job {job_id} cancel reason")
         reply = await self._r.run("cancel", job_id, error_json, op="cancel a job")
@@ -299,6 +304,7 @@ class RedisJobIntrospection:
 
     async def promote(self, job_id: str) -> JobRow:
         """Run a job waiting on its ``run_at`` now: ``delayed``, or ``ready`` backing off."""
+        job_id = job_id_of(job_id)
         reply = await self._r.run("promote", job_id, op="promote a job")
         status = text(reply[0])
         if status == "missing":
@@ -337,6 +343,7 @@ class RedisJobIntrospection:
     async def resolve_step(
         self, job_id: str, step: str, *, ran: bool, output: Any = None
     ) -> StepRecord | None:
+        job_id = job_id_of(job_id)
         output_json: str | None = None
         if ran:
             try:

@@ -15,6 +15,7 @@ from ultimat3.jobs._declare.policy import (
     _JITTERS,
     _WHEN_BUSY,
     MAX_JOB_NAME,
+    MAX_RETRY_ATTEMPTS,
     Concurrency,
     Retry,
     WhenBusy,
@@ -94,9 +95,10 @@ def _check_retry(retry: object, causes: _Causes) -> Retry | None:
         )
         return None
     ok = True
-    if not _whole(retry.attempts) or retry.attempts < 1:
+    if not _whole(retry.attempts) or not 1 <= retry.attempts <= MAX_RETRY_ATTEMPTS:
         causes.add(
-            f"retry.attempts {retry.attempts!r} is not a whole number >= 1",
+            f"retry.attempts {retry.attempts!r} is not a whole number in "
+            f"1..{MAX_RETRY_ATTEMPTS:,} (MAX_RETRY_ATTEMPTS)",
             "Retry(attempts=3): the attempts in all, the first included",
         )
         ok = False

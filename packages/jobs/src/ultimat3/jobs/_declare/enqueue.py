@@ -34,6 +34,7 @@ from ultimat3.core import (
     require_lowercase_uuid,
     to_epoch_ms,
 )
+from ultimat3.jobs._declare.input_guard import checked_key
 from ultimat3.jobs._declare.policy import attempts_for
 from ultimat3.jobs._telemetry.spans import enqueue_span
 from ultimat3.jobs._telemetry.trace_context import enqueue_trace_context
@@ -49,6 +50,13 @@ from ultimat3.jobs.adapter import (
 
 if TYPE_CHECKING:
     from ultimat3.jobs._declare.job import Job
+
+MAX_RUN_AT_MS = 253_402_300_799_999
+"""``run_at``'s bound: 9999-12-31T23:59:59.999Z, the last instant a ``datetime`` holds."""
+MIN_RUN_AT_MS = -62_135_596_800_000
+"""``run_at``'s floor: 0001-01-01T00:00:00Z (a past ``run_at`` is due now)."""
+MAX_DELAY_MS = 36_525 * 86_400_000
+"""``delay``'s bound: 100 years."""
 
 
 async def enqueue_one(
@@ -172,7 +180,22 @@ def _schedule(
             meta={"job": job.name},
         )
     delay_ms = None if delay is None else parse_duration(delay, name="delay", allow_zero=True)
+    if delay_ms is not None and delay_ms > MAX_DELAY_MS:
+        raise XError(
+            "X_DURATION_INVALID",
+            f"{job.name}.enqueue: delay {delay!r} is over 100 years (MAX_DELAY_MS)",
+            fix="pass a delay of at most 100 years, or run_at= a date before year 10000",
+            meta={"job": job.name, "max_ms": MAX_DELAY_MS},
+        )
     run_at_ms = None if run_at is None else to_epoch_ms(run_at, name="run_at")
+    if run_at_ms is not None and not MIN_RUN_AT_MS <= run_at_ms <= MAX_RUN_AT_MS:
+        raise XError(
+            "X_INVARIANT",
+            f"{job.name}.enqueue: run_at {run_at!r} is outside years 1..9999 (epoch ms "
+            f"{MIN_RUN_AT_MS}..{MAX_RUN_AT_MS}), the range every driver and reader can hold",
+            fix="pass run_at as an aware datetime or epoch MILLISECONDS within years 1..9999",
+            meta={"job": job.name, "min_ms": MIN_RUN_AT_MS, "max_ms": MAX_RUN_AT_MS},
+        )
     return delay_ms, run_at_ms
 
 
@@ -194,6 +217,7 @@ def _request(
         key = job._key(parsed)  # parsed already: no second validation
         if type(key) is not str or not key:
             key = job.idempotency_key_for(parsed)  # raises, naming the key
+        key = checked_key(job.name, key)
         concurrency_key = job.concurrency_key_for(parsed)
     except XError as exc:
         if index is None:
@@ -207,7 +231,7 @@ def _request(
         run_id=run_id if run_id is not None else new_id(),
         name=job.name,
         queue=job.queue,
-        payload=job.payload_of(parsed),
+        payload=job.payload_of(parsed, where=where),
         idempotency_key=key,
         max_attempts=attempts_for(job),  # retry.attempts, plus the unwind's margin
         tenant_id=tenant,
@@ -284,6 +308,8 @@ def _fast_requests(
         keys = [key_of(p) for p in parsed]
         if not all(type(k) is str and k for k in keys):
             return None
+        for k in keys:
+            checked_key(job.name, k)
         if job.tenant == "none":  # the row's tenant does not depend on the input
             tenant = _tenant(job, None, tenant_id=tenant_id, as_actor=as_actor, where="")
             tenants: list[str | None] = [tenant] * len(parsed)
@@ -291,9 +317,10 @@ def _fast_requests(
             tenants = [
                 _tenant(job, p, tenant_id=tenant_id, as_actor=as_actor, where="") for p in parsed
             ]
+        payloads = job.payloads_of(parsed)
     except Exception:
-        return None
-    return job.payloads_of(parsed), keys, tenants
+        return None  # the one-by-one path raises the refusal, naming the input's index
+    return payloads, keys, tenants
 
 
 def _mismatch(job: Job[Any, Any], declared: str, other: str, source: str, where: str) -> XError:

@@ -27,6 +27,11 @@ from ultimat3.jobs._declare.checks import (
     _type_name,
 )
 from ultimat3.jobs._declare.enqueue import enqueue_batch, enqueue_one
+from ultimat3.jobs._declare.input_guard import (
+    MAX_INPUT_BYTES,
+    MAX_INPUT_BYTES_CEILING,
+    checked_payload,
+)
 from ultimat3.jobs._declare.policy import MAX_CONCURRENCY_KEY, Concurrency, Retry, WhenBusy
 from ultimat3.jobs._declare.result import job_result
 from ultimat3.jobs._declare.sync_body import as_async_body
@@ -73,6 +78,7 @@ class Job(Generic[I, R]):
         on_settled: OnSettled | None,
         on_settled_timeout_ms: int,
         body: Body[I, R],
+        max_input_bytes: int = MAX_INPUT_BYTES,
     ) -> None:
         self.name: Final = name
         self.input: Final = input
@@ -87,6 +93,7 @@ class Job(Generic[I, R]):
         self.on_settled: Final = on_settled
         self.on_settled_timeout_ms: Final = on_settled_timeout_ms
         self.tenant: Final = tenant
+        self.max_input_bytes: Final = max_input_bytes
         self._adapter = adapter
         self._list_adapter: TypeAdapter[list[I]] | None = None
         self._key = idempotency_key
@@ -103,6 +110,13 @@ class Job(Generic[I, R]):
         declared input; ``X_BODY_INVALID`` naming the job and the fields otherwise."""
         try:
             return self._adapter.validate_python(raw)
+        except RecursionError:
+            raise XError(
+                "X_BODY_INVALID",
+                f"job {self.name!r}: the input nests too deep to validate",
+                fix="flatten the input: at most 64 levels (MAX_INPUT_DEPTH)",
+                meta={"job": self.name, "path": "$"},
+            ) from None
         except ValidationError as exc:
             problems = [
                 f"{'.'.join(str(p) for p in e['loc']) or '$'}: {e['msg']}"
@@ -117,21 +131,34 @@ class Job(Generic[I, R]):
                 meta={"job": self.name, "errors": problems},
             ) from None
 
-    def payload_of(self, value: I) -> Any:
-        """The JSON form an input is queued as (what ``parse`` reads back on the worker)."""
-        return self._adapter.dump_python(value, mode="json")
+    def payload_of(self, value: I, *, where: str = "") -> Any:
+        """The JSON form an input is queued as (what ``parse`` reads back on the worker);
+        ``X_BODY_INVALID`` naming the path for a hostile value or one over ``max_input_bytes``."""
+        return checked_payload(
+            self.name, self._adapter, value, max_bytes=self.max_input_bytes, where=where
+        )
 
     def parse_many(self, raws: Sequence[object]) -> list[I] | None:
         """``[parse(r) for r in raws]`` in one validation; ``None`` when any input is invalid
         (``parse`` that one for the refusal naming it)."""
         try:
             return self._many().validate_python(raws if type(raws) is list else list(raws))
-        except ValidationError:
+        except (ValidationError, RecursionError):
             return None
 
     def payloads_of(self, values: list[I]) -> list[Any]:
-        """``[payload_of(v) for v in values]`` in one serialisation."""
+        """``[payload_of(v) for v in values]`` in one serialisation (each form checked as
+        ``payload_of`` checks it; a refusal names the input's index)."""
         out: list[Any] = self._many().dump_python(values, mode="json")
+        for i, (value, form) in enumerate(zip(values, out, strict=True)):
+            checked_payload(
+                self.name,
+                self._adapter,
+                value,
+                max_bytes=self.max_input_bytes,
+                where=f" (input {i})",
+                form=form,
+            )
         return out
 
     def _many(self) -> TypeAdapter[list[I]]:
@@ -299,6 +326,7 @@ def job(
     compensates: bool = False,
     on_settled: OnSettled | None = None,
     on_settled_timeout: Duration = "30s",
+    max_input_bytes: int = MAX_INPUT_BYTES,
     run: Body[I, R],
 ) -> Job[I, R]: ...
 
@@ -319,6 +347,7 @@ def job(
     compensates: bool = False,
     on_settled: OnSettled | None = None,
     on_settled_timeout: Duration = "30s",
+    max_input_bytes: int = MAX_INPUT_BYTES,
     run: None = None,
 ) -> _JobDecorator[I]: ...
 
@@ -338,6 +367,7 @@ def job(
     compensates: Any = False,
     on_settled: Any = None,
     on_settled_timeout: Any = "30s",
+    max_input_bytes: Any = MAX_INPUT_BYTES,
     run: Any = None,
 ) -> Any:
     """Declare a job: with ``run=`` it answers the ``Job``; without, a decorator for the body
@@ -357,6 +387,7 @@ def job(
         "compensates": compensates,
         "on_settled": on_settled,
         "on_settled_timeout": on_settled_timeout,
+        "max_input_bytes": max_input_bytes,
     }
     if run is None:
         _build(fields, None, dry=True)  # refused at job(...), before the decorator applies
@@ -401,6 +432,15 @@ def _build(f: dict[str, Any], body: Any, *, dry: bool = False) -> Job[Any, Any] 
     settled_timeout_ms = _check_duration("on_settled_timeout", f["on_settled_timeout"], causes)
     if not isinstance(f["compensates"], bool):
         causes.add(f"compensates {f['compensates']!r} is not a bool", "compensates=True or False")
+    max_input_bytes = f["max_input_bytes"]
+    if isinstance(max_input_bytes, bool) or not isinstance(max_input_bytes, int):
+        max_input_bytes = -1
+    if not 1 <= max_input_bytes <= MAX_INPUT_BYTES_CEILING:
+        causes.add(
+            f"max_input_bytes {f['max_input_bytes']!r} is not an int in "
+            f"1..{MAX_INPUT_BYTES_CEILING:,}",
+            "max_input_bytes=1_048_576 (the default); queue a reference for bigger data",
+        )
     if f["on_settled"] is not None and not callable(f["on_settled"]):
         causes.add(
             f"on_settled is a {type(f['on_settled']).__name__}, not a callable",
@@ -443,4 +483,5 @@ def _build(f: dict[str, Any], body: Any, *, dry: bool = False) -> Job[Any, Any] 
         on_settled=f["on_settled"],
         on_settled_timeout_ms=settled_timeout_ms or 30_000,
         body=body,
+        max_input_bytes=max_input_bytes,
     )

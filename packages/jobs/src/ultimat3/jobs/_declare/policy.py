@@ -20,6 +20,8 @@ _JITTERS: Final = get_args(JitterMode)
 MAX_CONCURRENCY_KEY: Final = 200
 """The longest concurrency key ``concurrency.key(input)`` may answer."""
 MAX_JOB_NAME: Final = 200
+MAX_RETRY_ATTEMPTS: Final = 10_000
+"""The most attempts a ``Retry`` may declare (past it a row's counters would outgrow a column)."""
 
 DEFAULT_RETRY_ATTEMPTS: Final = 3
 DEFAULT_RETRY_DELAY_MS: Final = 1_000

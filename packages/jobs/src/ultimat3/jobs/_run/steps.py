@@ -32,7 +32,7 @@ from ultimat3.core import (
 from ultimat3.jobs._run.observe import RunEvent, RunEventKind, RunObserver
 from ultimat3.jobs._run.run_log import bounded_traceback
 from ultimat3.jobs._telemetry.spans import mark_step, step_span, step_spans_on
-from ultimat3.jobs.adapter import ClaimedJob, StepRecord
+from ultimat3.jobs.adapter import ClaimedJob, StepRecord, TransactionalStepStore
 
 if TYPE_CHECKING:
     from ultimat3.jobs._declare.job import Job
@@ -375,6 +375,91 @@ class Step:
             state.refuse_if_over(f"step.run({name!r})")
         await state.record(name, "completed", output=output)
         return output
+
+    def key(self, name: str) -> str:
+        """A stable idempotency key for an effect outside the database: ``'<job id>:<name>'``,
+        the same on every retry and replay of this run. Hand it to the other side (a payment
+        API's ``Idempotency-Key``) so a step that ran but never recorded is not done twice."""
+        _check_step_name(self._state, name, "step.key")
+        return f"{self._state.claimed.id}:{name}"
+
+    async def transaction(self, name: str, fn: Callable[[Any], Any]) -> JsonValue:
+        """Run ``fn(conn)`` inside a transaction on a pool connection of the driver's database
+        and record the step in THAT transaction: the effect and the checkpoint commit together
+        or not at all (exactly once, even under SIGKILL). Answers ``fn``'s JSON form; a replay
+        answers the stored one without calling ``fn``. Postgres; memory runs ``fn(None)`` and
+        records at once; a driver that cannot (Redis) is ``X_CONFIG_INVALID``."""
+        state = self._state
+        job = state.job
+        _check_step_name(state, name, "step")
+        state.refuse_if_over(f"step.transaction({name!r})")
+        if not callable(fn):
+            raise XError(
+                "X_INVARIANT",
+                f"step.transaction({name!r}): fn is a {type(fn).__name__}, not a callable",
+                fix="step.transaction('name', lambda conn: conn.execute(...))",
+            )
+        store = state.driver.steps
+        if not isinstance(store, TransactionalStepStore):
+            raise XError(
+                "X_CONFIG_INVALID",
+                f"step.transaction({name!r}) of job {job.name!r}: the {state.driver.name!r} "
+                "driver cannot commit a step's record and an effect in one transaction",
+                fix="use step.run(name, fn) and hand step.key(name) to the other side as the "
+                "effect's idempotency key, or run the job on the Postgres driver",
+                meta={"job": job.name, "step": name, "driver": state.driver.name},
+            )
+        state.claim_name(name, "step")
+        await state.notice("step", name)
+        stored = state.stored.get(name)
+        if stored is not None and stored.state == "completed":
+            if step_spans_on():
+                mark_step(job.name, state.claimed.id, name, kind="transaction", replayed=True)
+            return stored.output  # type: ignore[no-any-return]
+        if state.replaying:
+            raise ReplayStop(name)
+        if step_spans_on():
+            with step_span(job.name, state.claimed.id, name, kind="transaction", replayed=False):
+                return await self._transact(store, name, fn)
+        return await self._transact(store, name, fn)
+
+    async def _transact(
+        self, store: TransactionalStepStore, name: str, fn: Callable[[Any], Any]
+    ) -> JsonValue:
+        state = self._state
+
+        async def inside(conn: Any) -> JsonValue:
+            state.signal.throw_if_aborted()
+            result = fn(conn)
+            if inspect.isawaitable(result):
+                result = await result
+            return to_json_form(result)  # refused inside: the transaction rolls back
+
+        try:
+            await state.notice("call", name)
+            landed, output = await store.record_in_transaction(
+                state.claimed.id,
+                name,
+                worker_id=state.claimed.worker_id,
+                claim=state.claimed.claim,
+                fn=inside,
+            )
+            await state.notice("return", name)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError | StepSuspended) or state.signal.aborted:
+                raise
+            state.failed_step = name
+            await state.record(name, "failed", error=error_dict(exc, step=name))
+            raise
+        if not landed:
+            raise XError(
+                "X_JOB_LEASE_LOST",
+                f"step {name!r} of job {state.job.name!r} did not land: this claim no longer "
+                "holds the run (its transaction rolled back)",
+                meta={"job_id": state.claimed.id, "step": name},
+            )
+        await state.notice("record", name, "completed")
+        return output  # type: ignore[no-any-return]
 
     async def sleep(self, duration: Duration) -> None:
         """Suspend the run for ``duration``; it resumes (replaying) in any worker after it."""

@@ -10,7 +10,7 @@ only while that claim still holds the row, and answers whether it landed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ._model import (
@@ -53,6 +53,28 @@ class StepStore(Protocol):
         """Write one step, fenced on the claim. ``completed`` and ``failed`` count one execution
         (``executions + 1``); ``started`` (a once-step's marker) does not. A ``completed`` step is
         never overwritten. Answers whether the write landed."""
+        ...
+
+
+@runtime_checkable
+class TransactionalStepStore(Protocol):
+    """Optional, beside ``StepStore``: ``step.transaction``. A store whose database can hold the
+    step's record and the app's effect in ONE transaction (Postgres) implements it; a driver
+    without it (Redis) refuses ``step.transaction`` with ``X_CONFIG_INVALID``."""
+
+    async def record_in_transaction(
+        self,
+        job_id: str,
+        name: str,
+        *,
+        worker_id: str,
+        claim: str,
+        fn: Callable[[Any], Awaitable[Any]],
+    ) -> tuple[bool, Any]:
+        """Open a transaction, await ``fn(connection)`` (it answers the step's output, already in
+        JSON form), write the step ``completed`` with that output fenced on the claim, and
+        commit — or roll back everything (``fn``'s writes too) when ``fn`` raises or the fence
+        fails. Answers ``(landed, output)``; ``landed`` is ``False`` when the claim was lost."""
         ...
 
 

@@ -3,6 +3,8 @@ state, an id nobody queued, an empty queue or task name."""
 
 from __future__ import annotations
 
+import re
+
 from ultimat3.core import XError
 
 from ._model import ALL_STATES, MAX_JOB_PAGE, TERMINAL_STATES, JobState
@@ -27,6 +29,27 @@ def job_not_found(job_id: str) -> XError:
         f"no job has the id {shown!r}",
         fix="check the id with x jobs list --json",
         status=404,
+    )
+
+
+_UUID_TEXT = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
+def job_id_of(job_id: object) -> str:
+    """A job id as every driver stores it: a UUID in any case is lowercased (the same job);
+    anything else is ``X_ID_INVALID`` naming the value, never a misleading ``X_JOB_NOT_FOUND``."""
+    if isinstance(job_id, str) and _UUID_TEXT.fullmatch(job_id):
+        return job_id.lower()
+    shown = repr(job_id)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise XError(
+        "X_ID_INVALID",
+        f"job_id must be a UUID, got {shown}",
+        fix="pass the id enqueue answered (x jobs list --json shows every id)",
+        meta={"name": "job_id"},
     )
 
 

@@ -25,6 +25,7 @@ from ultimat3.jobs.adapter import (
     check_page,
     check_requeueable_state,
     check_state,
+    job_id_of,
     parse_job_cursor,
 )
 
@@ -64,6 +65,7 @@ class MemoryJobIntrospection:
         return row
 
     async def show(self, job_id: str) -> JobDetail:
+        job_id = job_id_of(job_id)
         row = self._get(job_id)
         return row.detail(self._s.steps.get(job_id))
 
@@ -124,6 +126,7 @@ class MemoryJobIntrospection:
     # --- removing -----------------------------------------------------------------------
 
     async def remove(self, job_id: str) -> None:
+        job_id = job_id_of(job_id)
         row = self._get(job_id)
         if row.state == "running":
             raise XError(
@@ -205,6 +208,7 @@ class MemoryJobIntrospection:
         """Back to ``ready`` with attempts 0, due now. Completed steps are kept, so the run
         replays them from storage and resumes at the step that failed; ``from_step`` drops that
         step and every step recorded after it, so they run again."""
+        job_id = job_id_of(job_id)
         row = self._get(job_id)
         self._requeueable(row)
         if from_step is not None:
@@ -256,6 +260,7 @@ class MemoryJobIntrospection:
         """Stop a live job: ``cancelled``, its claim void (the holder's settles answer False),
         ``last_error`` an ``X_ABORTED`` carrying the reason. A cancel is not a settlement: no
         counter moves."""
+        job_id = job_id_of(job_id)
         row = self._get(job_id)
         if not row.live:
             raise XError(
@@ -278,6 +283,7 @@ class MemoryJobIntrospection:
 
     async def promote(self, job_id: str) -> JobRow:
         """Run a job waiting on its ``run_at`` now: ``delayed``, or ``ready`` backing off."""
+        job_id = job_id_of(job_id)
         row = self._get(job_id)
         now = self._s.now_ms()
         if not self._promotable(row, now):
@@ -323,6 +329,7 @@ class MemoryJobIntrospection:
     async def resolve_step(
         self, job_id: str, step: str, *, ran: bool, output: Any = None
     ) -> StepRecord | None:
+        job_id = job_id_of(job_id)
         row = self._get(job_id)
         if row.state == "running":
             raise XError(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from ultimat3.core import XError
 from ultimat3.jobs.adapter import StepRecord, StepState
 
+from ._outbox import MemoryTransaction
 from ._state import MemoryState, MemRow, MemStep, freeze
 
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
@@ -74,3 +75,32 @@ class MemoryStepStore:
             rec.error_json = error_json
             rec.updated_at_ms = now
         return True
+
+    async def record_in_transaction(
+        self,
+        job_id: str,
+        name: str,
+        *,
+        worker_id: str,
+        claim: str,
+        fn: Callable[[Any], Awaitable[Any]],
+    ) -> tuple[bool, Any]:
+        """The memory equivalent: ``fn`` gets a ``MemoryTransaction``, committed with the
+        step's record the moment ``fn`` returns (no await between: the store is one event loop)
+        and rolled back when ``fn`` raises or the claim was lost."""
+        if held(self._s, job_id, worker_id, claim) is None:
+            return False, None
+        txn = MemoryTransaction()
+        try:
+            output = await fn(txn)
+        except BaseException:
+            txn.rollback()
+            raise
+        landed = await self.record(
+            job_id, name, state="completed", worker_id=worker_id, claim=claim, output=output
+        )
+        if not landed:
+            txn.rollback()
+            return False, None
+        txn.commit()
+        return True, output

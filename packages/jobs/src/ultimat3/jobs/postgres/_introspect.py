@@ -30,6 +30,7 @@ from ultimat3.jobs.adapter import (
     check_page,
     check_requeueable_state,
     check_state,
+    job_id_of,
     job_not_found,
     parse_job_cursor,
 )
@@ -74,8 +75,7 @@ class PostgresJobIntrospection:
     # --- reading ------------------------------------------------------------------------
 
     async def show(self, job_id: str) -> JobDetail:
-        if not is_lowercase_uuid(job_id):
-            raise job_not_found(str(job_id))
+        job_id = job_id_of(job_id)
         rows = await self._db.fetchall("show", {"id": job_id}, what=f"show of job {job_id}")
         if not rows:
             raise job_not_found(job_id)
@@ -130,8 +130,7 @@ class PostgresJobIntrospection:
     # --- removing -----------------------------------------------------------------------
 
     async def remove(self, job_id: str) -> None:
-        if not is_lowercase_uuid(job_id):
-            raise job_not_found(str(job_id))
+        job_id = job_id_of(job_id)
         row = await self._db.fetchone("remove", {"id": job_id}, what=f"removing job {job_id}")
         if row is None:
             raise job_not_found(job_id)
@@ -174,8 +173,7 @@ class PostgresJobIntrospection:
         """Back to ``ready`` with attempts 0, due now. Completed steps are kept, so the run
         replays them from storage and resumes at the step that failed; ``from_step`` drops that
         step and every step recorded after it, so they run again."""
-        if not is_lowercase_uuid(job_id):
-            raise job_not_found(str(job_id))
+        job_id = job_id_of(job_id)
         async with self._db.transaction(f"requeue of job {job_id}") as conn:
             q = self._db.q
             cur = await conn.execute(q["requeue_lock"], {"id": job_id})
@@ -263,8 +261,7 @@ class PostgresJobIntrospection:
     async def cancel(self, job_id: str, reason: str | None = None) -> JobRow:
         """Stop a live job: ``cancelled``, its claim void (the holder's settles answer False),
         ``last_error`` an ``X_ABORTED`` carrying the reason. No counter moves."""
-        if not is_lowercase_uuid(job_id):
-            raise job_not_found(str(job_id))
+        job_id = job_id_of(job_id)
         error = XError("X_ABORTED", reason or "cancelled by an operator").to_dict()
         row = await self._db.fetchone(
             "cancel",
@@ -289,8 +286,7 @@ class PostgresJobIntrospection:
 
     async def promote(self, job_id: str) -> JobRow:
         """Run a job waiting on its ``run_at`` now: ``delayed``, or ``ready`` backing off."""
-        if not is_lowercase_uuid(job_id):
-            raise job_not_found(str(job_id))
+        job_id = job_id_of(job_id)
         row = await self._db.fetchone("promote", {"id": job_id}, what=f"promote of job {job_id}")
         if row is not None:
             return job_row(row)
@@ -334,8 +330,7 @@ class PostgresJobIntrospection:
     ) -> StepRecord | None:
         """Settle a once-step's unknown outcome: ``ran=True`` records it completed with
         ``output``; ``ran=False`` forgets it so the next attempt runs it."""
-        if not is_lowercase_uuid(job_id):
-            raise job_not_found(str(job_id))
+        job_id = job_id_of(job_id)
         output_json = to_json_text(
             output, what=f"job {job_id} step {step!r} output", code="X_STEP_OUTPUT_UNSERIALIZABLE"
         )

@@ -3,10 +3,10 @@ claim's knowledge of which runs have no step yet (their first load costs no roun
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from ultimat3.core import XError, is_lowercase_uuid
+from ultimat3.core import XError, is_lowercase_uuid, use_connection
 from ultimat3.jobs.adapter import Stepless, StepRecord, StepState
 from ultimat3.jobs.postgres._db import Database
 from ultimat3.jobs.postgres._rows import (
@@ -16,6 +16,11 @@ from ultimat3.jobs.postgres._rows import (
     step_record,
     to_json_text,
 )
+
+
+class _Fenced(Exception):
+    """Inside ``record_in_transaction``: the fence failed, so the transaction rolls back."""
+
 
 STEP_STATES: Final[tuple[StepState, ...]] = ("started", "completed", "failed")
 
@@ -73,3 +78,49 @@ class PostgresStepStore:
             what=f"recording step {name!r} of job {job_id}",
         )
         return bool(n and n[0])
+
+    async def record_in_transaction(
+        self,
+        job_id: str,
+        name: str,
+        *,
+        worker_id: str,
+        claim: str,
+        fn: Callable[[Any], Awaitable[Any]],
+    ) -> tuple[bool, Any]:
+        """``fn(conn)`` and the step's ``completed`` record in ONE transaction on a pool
+        connection (ambient for ``fn``, so an enqueue inside it joins too): both commit, or
+        neither. The fence (``FOR SHARE`` on the job row) holds the run until the commit."""
+        check_text(name, what=f"job {job_id}: the step name")
+        if not fenced_ids(job_id, claim):
+            return False, None
+        self._stepless.discard(job_id)
+        try:
+            async with self._db.transaction(f"step.transaction {name!r} of job {job_id}") as conn:
+                with use_connection(conn):
+                    output = await fn(conn)
+                output_json = to_json_text(
+                    output,
+                    what=f"job {job_id} step {name!r} output",
+                    code="X_STEP_OUTPUT_UNSERIALIZABLE",
+                )
+                n = await self._db.fetchone(
+                    "step_record",
+                    {
+                        "job_id": job_id,
+                        "name": name,
+                        "state": "completed",
+                        "executions": 1,
+                        "output": output_json,
+                        "error": None,
+                        "worker_id": worker_id,
+                        "claim": claim,
+                    },
+                    conn=conn,
+                    what=f"recording step {name!r} of job {job_id}",
+                )
+                if not (n and n[0]):
+                    raise _Fenced  # the claim is gone: roll fn's writes back with the record
+        except _Fenced:
+            return False, None
+        return True, output

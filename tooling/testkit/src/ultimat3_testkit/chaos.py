@@ -1,0 +1,289 @@
+"""The chaos soak (#23): worker processes on a private PostgreSQL cluster, SIGKILLed and
+SIGSTOP/SIGCONTed at random, the server restarted once with ``-m immediate``; at the end the
+invariants are checked in SQL.
+
+    python -m ultimat3_testkit.chaos --jobs 100000 --minutes 20     # the long soak
+
+``tests/chaos`` runs it bounded (about a minute). Every address is loopback (a Unix socket).
+
+The invariants (each a count of violations; the soak passes when all are 0):
+
+- I1 nothing lost: every enqueued job is ``done``.
+- I2 no phantom: the table holds exactly the enqueued jobs.
+- I3 ``step.transaction`` effects exactly once: one effect row per ``tx`` job.
+- I5 completed steps never re-run: no effect of a step written after the step's completed
+  record.
+- I7 attempts bounded: no row's ``attempts`` is over its ``max_attempts``.
+- I8 the keyed cap never exceeded, as the bodies recorded it (an interval a SIGKILL cut short
+  ends at the kill).
+
+Reported, not a violation: ``step.run`` effects that ran twice (the at-least-once contract).
+I6 (one owner per settle) is not checked here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from ultimat3.core import new_id
+from ultimat3.jobs.adapter import EnqueueRequest
+from ultimat3.jobs.embedded import EmbeddedPostgres, embedded_postgres
+from ultimat3.jobs.postgres import postgres_job_driver
+from ultimat3_testkit.fault_app import CHAOS_CAP
+from ultimat3_testkit.faults import Db, WorkerProcess, make_schema, until, worker_args
+
+SCHEMA = "chaos"
+GROUPS = 4
+CAP_DDL = """
+CREATE TABLE {cap} (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id     uuid NOT NULL,
+    grp        text NOT NULL,
+    pid        integer NOT NULL,
+    entered_at timestamptz NOT NULL,
+    left_at    timestamptz
+);
+CREATE TABLE {kills} (pid integer PRIMARY KEY, at timestamptz NOT NULL);
+"""
+
+
+@dataclass
+class Report:
+    jobs: int
+    seconds: float = 0.0
+    kills: int = 0
+    stops: int = 0
+    restarts: int = 0
+    violations: dict[str, int] = field(default_factory=dict)
+    run_duplicates: int = 0
+    """``step.run`` effects that ran more than once (allowed: at-least-once)."""
+    tx_jobs: int = 0
+    run_jobs: int = 0
+    max_cap_seen: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(v == 0 for v in self.violations.values())
+
+
+def _requests(n: int, rng: random.Random) -> tuple[list[EnqueueRequest], dict[str, str]]:
+    out: list[EnqueueRequest] = []
+    modes: dict[str, str] = {}
+    for i in range(n):
+        mode = rng.choice(("tx", "tx", "run", "sleep", "capped"))
+        key = f"chaos-{i}"
+        req = EnqueueRequest(
+            id=new_id(),
+            run_id=new_id(),
+            name="chaos.capped" if mode == "capped" else "chaos.mixed",
+            queue="faults",
+            payload={"key": key, "mode": mode, "group": f"g{i % GROUPS}"},
+            idempotency_key=key,
+            max_attempts=25,
+            concurrency_key=f"g{i % GROUPS}" if mode == "capped" else None,
+        )
+        out.append(req)
+        modes[req.id] = mode
+    return out, modes
+
+
+def _restart_immediately(pg: EmbeddedPostgres) -> None:
+    import os
+
+    from ultimat3.jobs.embedded._server import load_package
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    load_package().pg_ctl(
+        ["-w", "-t", "60", "-m", "immediate", "-l", str(pg.log_path), "restart"],
+        pgdata=pg.data_dir,
+        user=user,
+        timeout=90,
+    )
+
+
+async def _record_kill(url: str, pid: int) -> None:
+    for _ in range(100):
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                url, autocommit=True, connect_timeout=2
+            ) as conn:
+                await conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (pid, at) VALUES (%s, clock_timestamp()) "
+                        "ON CONFLICT DO NOTHING"
+                    ).format(sql.Identifier(SCHEMA, "chaos_kills")),
+                    (pid,),
+                )
+            return
+        except psycopg.Error:
+            await asyncio.sleep(0.1)  # the server is restarting
+
+
+async def _check(db: Db, ids: list[str], modes: dict[str, str], report: Report) -> None:
+    tx = [i for i, m in modes.items() if m == "tx"]
+    run = [i for i, m in modes.items() if m == "run"]
+    report.tx_jobs, report.run_jobs = len(tx), len(run)
+    v = report.violations
+    v["I1 lost"] = int(
+        await db.value(
+            "SELECT %s - count(*) FROM {x_jobs} WHERE id = ANY(%s::uuid[]) AND state = 'done'",
+            (len(ids), ids),
+        )
+    )
+    v["I2 phantom"] = int(
+        await db.value("SELECT count(*) FROM {x_jobs} WHERE NOT id = ANY(%s::uuid[])", (ids,))
+    )
+    v["I3 tx effect not exactly once"] = int(
+        await db.value(
+            "SELECT count(*) FROM unnest(%s::uuid[]) AS j(id) WHERE (SELECT count(*) FROM "
+            "{fault_effects} e WHERE e.job_id = j.id AND e.step = 'tx') <> 1",
+            (tx,),
+        )
+    )
+    v["I5 completed step re-ran"] = int(
+        await db.value(
+            "SELECT count(*) FROM {fault_effects} e JOIN {x_job_steps} s "
+            "ON s.job_id = e.job_id AND s.name = e.step "
+            "WHERE s.state = 'completed' AND e.step <> 'tx' AND e.at > s.updated_at"
+        )
+    )
+    v["I7 attempts over max"] = int(
+        await db.value("SELECT count(*) FROM {x_jobs} WHERE attempts > max_attempts")
+    )
+    peak = await db.value(
+        "WITH spans AS (SELECT c.grp, c.entered_at AS s, coalesce(c.left_at, k.at, "
+        "'infinity') AS e FROM chaos.chaos_cap c LEFT JOIN chaos.chaos_kills k ON k.pid = c.pid) "
+        "SELECT coalesce(max(n), 0) FROM (SELECT (SELECT count(*) FROM spans b "
+        "WHERE b.grp = a.grp AND b.s <= a.s AND b.e > a.s) AS n FROM spans a) t"
+    )
+    report.max_cap_seen = int(peak)
+    v["I8 cap exceeded"] = max(0, report.max_cap_seen - CHAOS_CAP)
+    report.run_duplicates = int(
+        await db.value(
+            "SELECT count(*) FROM (SELECT job_id FROM {fault_effects} WHERE step = 'run' "
+            "GROUP BY job_id HAVING count(*) > 1) d"
+        )
+    )
+
+
+async def soak(*, jobs: int, seconds: float, workers: int = 3, seed: int = 23) -> Report:
+    """One soak on a fresh private cluster (deleted afterwards); answers the report."""
+    rng = random.Random(seed)
+    base = Path(tempfile.mkdtemp(prefix="x-chaos-pg-"))
+    pg = embedded_postgres(base / "pg")
+    procs: list[WorkerProcess] = []
+    report = Report(jobs=jobs)
+    started = time.monotonic()
+    try:
+        pg.start()
+        url = pg.url
+        await make_schema(url, SCHEMA)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute(
+                sql.SQL(CAP_DDL).format(
+                    cap=sql.Identifier(SCHEMA, "chaos_cap"),
+                    kills=sql.Identifier(SCHEMA, "chaos_kills"),
+                )
+            )
+        requests, modes = _requests(jobs, rng)
+        driver = postgres_job_driver(url, schema=SCHEMA, max_size=2)
+        try:
+            for i in range(0, len(requests), 1000):
+                await driver.enqueue_many(requests[i : i + 1000])
+        finally:
+            await driver.close()
+        ids = [r.id for r in requests]
+        db = Db(url, SCHEMA)
+
+        def start() -> WorkerProcess:
+            proc = WorkerProcess(
+                worker_args(url, SCHEMA, visibility_ms=2000, max_in_flight=8, pool_size=12)
+            )
+            procs.append(proc)
+            return proc
+
+        alive = [start() for _ in range(workers)]
+        for proc in alive:
+            await proc.wait_event("faults.ready", timeout_s=60)
+        chaos_started = time.monotonic()  # the chaos runs `seconds` from the workers' start
+        restart_at = chaos_started + min(seconds / 2, 8.0)
+        restarted = False
+
+        async def settled() -> bool:
+            try:
+                return await db.all_settled(ids)
+            except psycopg.Error:
+                return False  # the server is restarting
+
+        while time.monotonic() - chaos_started < seconds:
+            if restarted and report.kills >= 3 and await settled():
+                break
+            await asyncio.sleep(rng.uniform(1.0, 2.0))
+            if not restarted and time.monotonic() >= restart_at:
+                await asyncio.to_thread(_restart_immediately, pg)
+                restarted = True
+                report.restarts += 1
+                continue
+            victim = rng.choice(alive)
+            if rng.random() < 0.6:
+                victim.signal(signal.SIGKILL)
+                await asyncio.to_thread(victim.proc.wait, 10)
+                await _record_kill(url, victim.pid)
+                report.kills += 1
+                alive[alive.index(victim)] = start()
+            else:
+                victim.signal(signal.SIGSTOP)
+                await asyncio.sleep(rng.uniform(0.2, 0.6))  # under the lease's renew margin
+                victim.signal(signal.SIGCONT)
+                report.stops += 1
+        try:
+            await until(settled, timeout_s=max(120.0, seconds), what="every job to settle")
+        except AssertionError:
+            states = await db.rows(
+                "SELECT name, state, count(*), max(attempts) FROM {x_jobs} GROUP BY 1, 2"
+            )
+            tails = "\n".join(p.output()[-1500:] for p in alive)
+            raise AssertionError(f"not settled: {states}\nworkers:\n{tails}") from None
+        for proc in alive:
+            await proc.stop(timeout_s=30)
+        await _check(db, ids, modes, report)
+    finally:
+        for proc in procs:
+            proc.kill()
+            shutil.rmtree(proc.dir, ignore_errors=True)
+        pg.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    report.seconds = round(time.monotonic() - started, 1)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ultimat3_testkit.chaos")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--minutes", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=int(uuid.uuid4().int % 10_000))
+    args = parser.parse_args(argv)
+    report = asyncio.run(
+        soak(jobs=args.jobs, seconds=args.minutes * 60, workers=args.workers, seed=args.seed)
+    )
+    print(json.dumps({**report.__dict__, "ok": report.ok, "seed": args.seed}, indent=2))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
