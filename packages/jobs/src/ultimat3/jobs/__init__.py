@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ultimat3.jobs._declare.input_guard import MAX_INPUT_BYTES, MAX_INPUT_BYTES_CEILING
 from ultimat3.jobs._declare.job import Job, job
 from ultimat3.jobs._declare.policy import UNWIND_MARGIN, Concurrency, Retry
 from ultimat3.jobs._declare.task import (
@@ -179,6 +180,8 @@ __all__ = [
     "MAX_BULK_ROWS",
     "MAX_CATCH_UP",
     "MAX_ENQUEUE_BATCH",
+    "MAX_INPUT_BYTES",
+    "MAX_INPUT_BYTES_CEILING",
     "MAX_JOB_PAGE",
     "MAX_TASK_FIRES",
     "UNWIND_MARGIN",

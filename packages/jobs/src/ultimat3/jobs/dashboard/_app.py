@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 
-from ultimat3.core import XError
+from ultimat3.core import CODES, XError
 from ultimat3.jobs import Task
 from ultimat3.jobs.adapter import JobDriver, job_driver
 
@@ -26,6 +26,7 @@ from ._tasks import tasks_page
 JOB_PATH = re.compile(r"^/jobs/([^/]+)$")
 ACTION_PATH = re.compile(r"^/actions/([a-z-]+)$")
 STATUS = {
+    # the page's answer for a code the registry gives no status (the registry's wins)
     "X_JOB_NOT_FOUND": 404,
     "X_JOB_NOT_REQUEUEABLE": 409,
     "X_JOB_NOT_CANCELLABLE": 409,
@@ -41,8 +42,9 @@ STATUS = {
 Render = Callable[[Ctx], Awaitable[View]]
 
 
-def status_of(exc: XError) -> int:
-    return exc.status or STATUS.get(exc.code) or 500
+def status_of(exc: XError, default: int = 500) -> int:
+    known = CODES.get(exc.code)
+    return exc.status or (known.status if known else None) or STATUS.get(exc.code) or default
 
 
 def _banner(exc: XError) -> Banner:
@@ -88,7 +90,7 @@ class JobsDashboard:
                 body=None,
                 banner=_banner(exc),
             )
-            response = Response(html, status=exc.status or STATUS.get(exc.code) or 503)
+            response = Response(html, status=status_of(exc, 503))
         await response.send(send, head=request.method == "HEAD")
 
     def _ctx(self, request: Request) -> tuple[Ctx, str | None]:

@@ -41,7 +41,6 @@ def _limit(raw: str) -> int:
             "X_JOB_PAGE_INVALID",
             f"limit {raw!r} is not a whole number",
             fix=f"limit=1..{MAX_JOB_PAGE}",
-            status=400,
         ) from exc
 
 

@@ -20,7 +20,15 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ultimat3.core import Duration, XError
-from ultimat3.jobs import Job, JobContext, Retry, Step, job
+from ultimat3.jobs import (
+    MAX_INPUT_BYTES,
+    MAX_INPUT_BYTES_CEILING,
+    Job,
+    JobContext,
+    Retry,
+    Step,
+    job,
+)
 
 DEFAULT_WEBHOOK_BODY_LIMIT: Final = 1_048_576
 _MISSING: Any = None  # a required field left out reads as None: refused like None
@@ -129,6 +137,10 @@ def webhook_receiver(
         queue=queue or "default",
         retry=retry,
         timeout=timeout,
+        # the queued input is the payload verify read from at most max_bytes of body; its JSON
+        # form may be larger (escapes), so the job's input cap follows the body's, never below
+        # the engine's default
+        max_input_bytes=_input_cap(max_bytes),
         run=body,
     )
 
@@ -150,3 +162,10 @@ def webhook_receiver(
 
 
 __all__ = ["DEFAULT_WEBHOOK_BODY_LIMIT", "ReceivedWebhook", "ReceiverDelivery", "webhook_receiver"]
+
+
+def _input_cap(max_bytes: int) -> int:
+    """The receiver job's ``max_input_bytes`` for a body cap of ``max_bytes``: room for the
+    payload's JSON form (escaping can grow text up to 6x; a JSON body re-serialised is about its
+    own size), at least the engine's default and at most its ceiling."""
+    return min(max(MAX_INPUT_BYTES, 2 * max_bytes + 65_536), MAX_INPUT_BYTES_CEILING)
