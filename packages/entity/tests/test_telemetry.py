@@ -35,8 +35,10 @@ RING = KeyRing({"k1": KeyRing.generate_key()})
 
 
 class Otel:
-    def __init__(self, exporter: InMemorySpanExporter, reader: InMemoryMetricReader) -> None:
-        self.exporter, self.reader = exporter, reader
+    def __init__(
+        self, exporter: InMemorySpanExporter, reader: InMemoryMetricReader, tracer: Any
+    ) -> None:
+        self.exporter, self.reader, self.tracer = exporter, reader, tracer
 
     def spans(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())
@@ -66,7 +68,7 @@ def otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Otel]:
     meter = meter_provider.get_meter("ultimat3")
     monkeypatch.setattr(entity_telemetry, "tracer", lambda: tracer)
     monkeypatch.setattr(entity_telemetry, "meter", lambda: meter)
-    yield Otel(exporter, reader)
+    yield Otel(exporter, reader, tracer)
     tracer_provider.shutdown()
     meter_provider.shutdown()
 
@@ -156,8 +158,7 @@ async def test_a_refused_statement_is_an_error_span_with_its_code(
 async def test_a_statement_span_is_a_child_of_the_callers_span(make_db: MakeDb, otel: Otel) -> None:
     db = make_db([orders], RING)
     await db.migrate()
-    tracer = entity_telemetry.tracer()
-    with tracer.start_as_current_span("request") as parent:
+    with otel.tracer.start_as_current_span("request") as parent:
         await db.orders.count()
     (child, outer) = otel.spans()
     assert child.parent is not None
