@@ -207,3 +207,22 @@ def test_show_on_memory_redacts_declared_paths_and_secret_key_names(
         "card": {"number": REDACTED, "brand": "visa"},
         "api_token": REDACTED,
     }
+
+
+async def test_the_dashboard_job_page_shows_the_receiver_payload_redacted(
+    pg_driver: PostgresJobDriver,
+) -> None:
+    from ultimat3.jobs.dashboard import jobs_dashboard
+
+    hook = receiver()
+    await post_one(hook, pg_driver)
+    worker = job_worker(jobs=[hook], driver=pg_driver)
+    await worker.start()
+    await worker.stop()
+    job_id = await job_id_of(pg_driver)
+    transport = httpx.ASGITransport(app=jobs_dashboard(driver=pg_driver))
+    async with httpx.AsyncClient(transport=transport, base_url="http://dash.test") as client:
+        page = await client.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    assert REDACTED in page.text and "evt_show" in page.text
+    assert CARD not in page.text and "1200" not in page.text
