@@ -129,3 +129,17 @@ async def test_a_log_line_an_f_string_and_an_export_show_no_plaintext(
     assert_no_plaintext(caplog.text, f"{row['ssn']}", str(row), repr(row))
     assert "ssn" not in exportable(people, row)
     assert redact(people, row)["ssn"] == "[redacted]"
+
+
+async def test_a_sealed_value_copies_as_itself_and_refuses_pickle() -> None:
+    import copy
+    import pickle
+
+    db, pid = await seeded()
+    row = await db.people.where(id=pid).first()
+    assert row is not None
+    assert copy.deepcopy(row)["ssn"].reveal() == SSN and copy.copy(row["ssn"]) is row["ssn"]
+    with pytest.raises(XError) as caught:
+        pickle.dumps(row)
+    assert caught.value.code == "X_SEALED_VALUE_EXPOSED"
+    assert_no_plaintext(caught.value)

@@ -172,8 +172,14 @@ class Sealed:
     def __hash__(self) -> int:
         return hash((Sealed, self._text))
 
-    def __reduce__(self) -> NoReturn:
-        raise self.__x_json_refusal__("pickle")
+    def __copy__(self) -> Sealed:
+        return self  # immutable: copy and deepcopy keep it as it is
+
+    def __deepcopy__(self, memo: object) -> Sealed:
+        return self
+
+    def __reduce__(self) -> NoReturn:  # pickle would write the plaintext into its bytes
+        raise self.__x_json_refusal__("a pickle of it")
 
     def __x_json_refusal__(self, path: str) -> XError:
         """What core's ``to_json_form`` raises for it (a step checkpoint, a result, a payload)."""
