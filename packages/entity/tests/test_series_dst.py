@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
@@ -19,7 +19,9 @@ from ultimat3.core import XError, new_id
 from ultimat3.entity import SERIES_UNITS, database, entity, memory_database, text, timestamp
 from ultimat3.entity import uuid as uuid_col
 
-# zones whose changes fall on a whole local hour, away from midnight (half-hour offsets too)
+# zones whose changes fall on a whole local hour (half-hour offsets too), and zones whose
+# changes fall AT midnight: a day that starts at 01:00 (spring) or whose midnight happens twice
+# (Havana and Beirut fall back from 01:00 to 00:00, Cairo and Santiago at 24:00)
 ZONES = [
     "UTC",
     "Europe/Berlin",
@@ -27,6 +29,20 @@ ZONES = [
     "Australia/Sydney",
     "Asia/Kolkata",
     "America/St_Johns",
+    "America/Havana",
+    "America/Santiago",
+    "Asia/Beirut",
+    "Africa/Cairo",
+]
+MIDNIGHT_ZONES = ["America/Havana", "America/Santiago", "Asia/Beirut", "Africa/Cairo"]
+# always tried: Havana's midnight happening twice (2026-11-01, 00:30 CDT then 00:30 CST) and
+# its day starting at 01:00 (2026-03-08), Santiago's and Cairo's changes at 24:00
+AT_MIDNIGHT = [
+    ("America/Havana", "day", [datetime(2026, 11, 1, 4, 30, tzinfo=UTC)]),
+    ("America/Havana", "week", [datetime(2026, 11, 1, 5, 30, tzinfo=UTC)]),
+    ("America/Havana", "day", [datetime(2026, 3, 8, 5, 30, tzinfo=UTC)]),
+    ("America/Santiago", "day", [datetime(2026, 4, 5, 3, 30, tzinfo=UTC)]),
+    ("Africa/Cairo", "month", [datetime(2026, 10, 29, 21, 30, tzinfo=UTC)]),
 ]
 
 hits = entity("hits", columns={"id": uuid_col().primary_key(), "what": text(), "at": timestamp()})
@@ -76,8 +92,10 @@ def cases(draw: Any) -> tuple[str, str, list[datetime]]:
     zone = draw(st.sampled_from(ZONES))
     unit = draw(st.sampled_from(SERIES_UNITS))
     base = draw(st.sampled_from(TRANSITIONS[zone]))
+    hour_us = 3_600_000_000
+    near = st.integers(-2 * hour_us, 2 * hour_us)  # inside the change's own hours, often
     offsets = draw(
-        st.lists(st.integers(-3 * 86_400_000_000, 3 * 86_400_000_000), min_size=1, max_size=12)
+        st.lists(st.one_of(st.integers(-72 * hour_us, 72 * hour_us), near), min_size=1, max_size=12)
     )
     return zone, unit, [base + timedelta(microseconds=o) for o in offsets]
 
@@ -98,6 +116,11 @@ async def _series(db: Any, zone: str, unit: str, instants: list[datetime]) -> li
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(case=cases())
+@example(case=AT_MIDNIGHT[0])
+@example(case=AT_MIDNIGHT[1])
+@example(case=AT_MIDNIGHT[2])
+@example(case=AT_MIDNIGHT[3])
+@example(case=AT_MIDNIGHT[4])
 def test_postgres_buckets_equal_the_zoneinfo_reference(
     sync_schema: str, database_url: str, case: tuple[str, str, list[datetime]]
 ) -> None:
@@ -118,6 +141,8 @@ def test_postgres_buckets_equal_the_zoneinfo_reference(
 
 @settings(max_examples=300, deadline=None)
 @given(case=cases())
+@example(case=AT_MIDNIGHT[0])
+@example(case=AT_MIDNIGHT[3])
 async def test_memory_buckets_equal_the_zoneinfo_reference(
     case: tuple[str, str, list[datetime]],
 ) -> None:
@@ -163,3 +188,33 @@ def _drop_schema(url: str, schema: str) -> None:
     """Each example drops what it made, so a run cut short leaves nothing behind."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.mark.parametrize("zone", MIDNIGHT_ZONES)
+def test_each_midnight_zone_changes_at_local_midnight_in_the_sampled_years(zone: str) -> None:
+    """The property samples around real midnight changes (the zone data has them)."""
+    z = ZoneInfo(zone)
+    at_midnight = [
+        t
+        for t in TRANSITIONS[zone][1:]
+        if (t.astimezone(z).hour, t.astimezone(z).minute) in {(0, 0), (1, 0), (23, 0)}
+    ]
+    assert at_midnight, f"{zone}: no change at midnight between 2025 and 2028"
+
+
+async def test_a_day_whose_midnight_happens_twice_starts_at_the_first(
+    make_db: Any,
+) -> None:
+    # Havana, 2026-11-01: 01:00 CDT falls back to 00:00 CST; the day starts at 00:00 CDT (04:00Z)
+    zone = "America/Havana"
+    first_pass, second_pass = (
+        datetime(2026, 11, 1, 4, 30, tzinfo=UTC),
+        datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
+    )
+    db = make_db([hits])
+    await db.migrate()
+    for each in (db, memory_database([hits])):
+        got = await _series(each, zone, "day", [first_pass, second_pass])
+        assert [(p.bucket.astimezone(UTC), p.value) for p in got] == [
+            (datetime(2026, 11, 1, 4, tzinfo=UTC), 2)
+        ]

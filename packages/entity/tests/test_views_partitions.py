@@ -156,3 +156,88 @@ async def test_migrate_and_maintain_partitions_log_their_named_events(make_db: M
     named = [(e["event"], e["level"]) for e in events if e["event"].startswith("entity.")]
     assert named == [("entity.migrate", "info"), ("entity.partitions.maintained", "info")]
     assert events[-1]["created"] == 1 and events[-1]["dropped"] == 0
+
+
+async def _pending(url: str, schema: str) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass AND i.inhdetachpending",
+            [f'"{schema}".clicks'],
+        )
+        return [str(r[0]) for r in await cur.fetchall()]
+
+
+async def _interrupt_a_concurrent_detach(url: str, schema: str, partition: str) -> None:
+    """Leave ``partition`` pending detach, as a real interruption does: a reader's open snapshot
+    holds DETACH ... CONCURRENTLY in its second phase, and the detaching backend is cancelled
+    there."""
+    async with (
+        await psycopg.AsyncConnection.connect(url) as reader,
+        await psycopg.AsyncConnection.connect(url, autocommit=True) as detacher,
+        await psycopg.AsyncConnection.connect(url, autocommit=True) as admin,
+    ):
+        await reader.execute(f'SELECT count(*) FROM "{schema}".clicks')  # a snapshot, held
+        pid = detacher.info.backend_pid
+        detach = asyncio.ensure_future(
+            detacher.execute(
+                f'ALTER TABLE "{schema}".clicks DETACH PARTITION "{schema}".{partition} '
+                "CONCURRENTLY"
+            )
+        )
+        for _ in range(200):  # until the first phase committed the pending mark
+            if await _pending(url, schema) == [partition]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the concurrent detach never reached its pending phase")
+        await admin.execute("SELECT pg_cancel_backend(%s)", [pid])
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            await asyncio.wait_for(detach, 30)
+        await reader.rollback()
+
+
+async def test_an_interrupted_concurrent_detach_is_finalized_by_the_next_run(
+    make_db: MakeDb, database_url: str
+) -> None:
+    db = make_db([clicks])
+    with use_clock(FrozenClock(datetime(2026, 12, 15, tzinfo=UTC))):
+        await db.migrate()
+    await db.clicks.insert({"id": new_id(), "at": datetime(2026, 12, 20, tzinfo=UTC), "what": "x"})
+    await _interrupt_a_concurrent_detach(database_url, db.schema, "clicks_p202612")
+    assert await _pending(database_url, db.schema) == ["clicks_p202612"]
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):  # what it blocks
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            await c.execute(
+                f'ALTER TABLE "{db.schema}".clicks DETACH PARTITION "{db.schema}".clicks_p202701 '
+                "CONCURRENTLY"
+            )
+
+    now = datetime(2027, 3, 10, tzinfo=UTC)  # clicks_p202612 has expired by then
+    first = await maintain_partitions(db, clicks, now=now)
+    assert first["dropped"] == ["clicks_p202612"]
+    assert await _pending(database_url, db.schema) == []
+    assert await maintain_partitions(db, clicks, now=now) == {
+        "table": "clicks",
+        "created": [],
+        "dropped": [],
+    }
+
+
+async def test_a_pending_detach_of_a_kept_partition_is_finalized_and_kept_as_a_table(
+    make_db: MakeDb, database_url: str
+) -> None:
+    db = make_db([clicks])
+    with use_clock(FrozenClock(datetime(2026, 12, 15, tzinfo=UTC))):
+        await db.migrate()
+    await _interrupt_a_concurrent_detach(database_url, db.schema, "clicks_p202701")
+    result = await maintain_partitions(db, clicks, now=datetime(2026, 12, 16, tzinfo=UTC))
+    assert result["dropped"] == []
+    assert await _pending(database_url, db.schema) == []
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = 'clicks_p202701'",
+            [db.schema],
+        )
+        assert (await cur.fetchone()) == (1,), "the detached table was dropped unexpired"

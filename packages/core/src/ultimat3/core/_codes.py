@@ -569,6 +569,14 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "add the key it was sealed with back to the KeyRing",
         _T,
     ),
+    CodeInfo(
+        "X_SEALED_VALUE_EXPOSED",
+        "a sealed column's value would be stored as JSON (a step output, a job result or "
+        "input): in plaintext, outside its column",
+        "checkpoint the row's id and read the value again, or .reveal() it where plaintext "
+        "is meant",
+        _T,
+    ),
 )
 
 CODES: Mapping[str, CodeInfo] = MappingProxyType({info.code: info for info in _ENTRIES})

@@ -85,6 +85,9 @@ def _convert(value: object, path: str, stack: set[int]) -> JsonValue:
         return _container(value, as_dict, path, stack)
     if isinstance(value, Mapping | list | tuple | set | frozenset):
         return _container(value, value, path, stack)
+    refusal = getattr(type(value), "__x_json_refusal__", None)  # e.g. a sealed entity value
+    if refusal is not None:
+        raise refusal(value, path)
     raise _refuse(path, f"a {type(value).__name__} is not JSON-serialisable")
 
 

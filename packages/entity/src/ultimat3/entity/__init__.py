@@ -20,7 +20,7 @@ from ._handle import UPSERT_CHUNK, Query, Table
 from ._memory import MemoryDatabase, memory_database
 from ._partitions import PARTITION_LOCK_TIMEOUT_MS, maintain_partitions
 from ._pg_search import PostgresSearchIndex, postgres_search_index
-from ._sealing import KeyRing, exportable, redact
+from ._sealing import KeyRing, Sealed, exportable, redact
 from ._search import (
     SEARCH_INDEX,
     MemorySearchIndex,
@@ -49,6 +49,7 @@ __all__ = [
     "PostgresSearchIndex",
     "Query",
     "Reference",
+    "Sealed",
     "SearchDocument",
     "SearchHit",
     "SearchIndex",

@@ -19,6 +19,7 @@ from ._names import check_identifier
 from ._pg_migrate import migrate
 from ._pg_store import Conn, PgStore
 from ._sealing import KeyRing
+from ._telemetry import TracedStore
 
 
 def check_entities(entities: Sequence[Entity], key_ring: KeyRing | None) -> dict[str, Entity]:
@@ -90,7 +91,8 @@ class Database:
         self._pool_obj: AsyncConnectionPool[Any] | None = self._given_pool
         self._lock = asyncio.Lock()
         self.store = PgStore(self._pool, schema)
-        self._tables = {n: Table(e, self.store, key_ring) for n, e in self.entities.items()}
+        traced = TracedStore(self.store, system="postgresql", namespace=schema)
+        self._tables = {n: Table(e, traced, key_ring) for n, e in self.entities.items()}
 
     async def _pool(self) -> AsyncConnectionPool[Any]:
         if self._pool_obj is not None and (not self._owned or not self._pool_obj.closed):

@@ -10,7 +10,7 @@ from ultimat3.core import XError, current_clock
 
 from ._columns import Column
 from ._entity import SOFT_DELETE_COLUMN, Entity
-from ._sealing import KeyRing
+from ._sealing import KeyRing, Sealed
 from ._series import SeriesPoint, check_unit, check_zone
 from ._store import OPS, Filter, Order, Store
 from ._tenancy import Scope, forbid_other_tenant, scope_of
@@ -219,7 +219,8 @@ class Table:
         for name in self.entity.sealed_columns:
             stored = row.get(name)
             if stored is not None:
-                row[name] = self._key_ring().unseal(stored, where=f"{self.entity.name}.{name}")
+                where = f"{self.entity.name}.{name}"
+                row[name] = Sealed(self._key_ring().unseal(stored, where=where), column=where)
         return row
 
     def _column(self, name: str, what: str) -> Column:

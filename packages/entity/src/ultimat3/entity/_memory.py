@@ -20,6 +20,7 @@ from ._handle import Table
 from ._sealing import KeyRing
 from ._series import SeriesPoint, bucket_of, check_zone
 from ._store import Filter, Order
+from ._telemetry import TracedStore
 from ._tenancy import tenant_collision
 
 Row = dict[str, Any]
@@ -237,7 +238,8 @@ class MemoryDatabase:
         self.schema: str | None = None
         self.key_ring = key_ring
         self.store = MemoryStore(self.entities)
-        self._tables = {n: Table(e, self.store, key_ring) for n, e in self.entities.items()}
+        traced = TracedStore(self.store, system="memory", namespace=None)
+        self._tables = {n: Table(e, traced, key_ring) for n, e in self.entities.items()}
         self._migrated = False
 
     def __getattr__(self, name: str) -> Table:

@@ -18,6 +18,7 @@ from ._database import Database
 from ._entity import Entity
 from ._partition_math import next_start
 from ._pg_migrate import create_partitions, partitions_of
+from ._pg_store import Conn, PgStore
 
 PARTITION_LOCK_TIMEOUT_MS = 5000
 """How long partition DDL waits for a lock on the parent before ``X_DB_LOCK_TIMEOUT``."""
@@ -41,6 +42,53 @@ def _lock_timeout(exc: psycopg.Error, ent: Entity, what: str) -> XError:
         "for a lock on the table",
         meta={"entity": ent.name, "lock_timeout_ms": PARTITION_LOCK_TIMEOUT_MS},
     )
+
+
+async def _detach(store: PgStore, conn: Conn, ent: Entity, name: str) -> None:
+    try:
+        await conn.execute(
+            sql.SQL("ALTER TABLE {} DETACH PARTITION {} CONCURRENTLY").format(
+                store.ident(ent.name), store.ident(name)
+            )
+        )
+    except psycopg.errors.LockNotAvailable as exc:
+        raise _lock_timeout(exc, ent, f"detaching {name}") from exc
+
+
+async def _finalize_pending(store: PgStore, conn: Conn, ent: Entity) -> list[str]:
+    """Finish the ``DETACH ... CONCURRENTLY`` an earlier run left pending (interrupted or
+    cancelled between its two transactions: the partition is still attached, marked
+    ``inhdetachpending``, and every later ``DETACH`` of the parent is refused until it is done)
+    with ``DETACH PARTITION ... FINALIZE``, outside a transaction. Answers the partitions
+    finalized (they are standalone tables now)."""
+    cur = await conn.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = %s::regclass AND i.inhdetachpending ORDER BY 1",
+        [store.ident(ent.name).as_string(conn)],
+    )
+    pending = [str(r[0]) for r in await cur.fetchall()]
+    await conn.commit()
+    if not pending:
+        return []
+    await conn.set_autocommit(True)
+    try:
+        await conn.execute(
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{PARTITION_LOCK_TIMEOUT_MS}ms"))
+        )
+        for name in pending:
+            try:
+                await conn.execute(
+                    sql.SQL("ALTER TABLE {} DETACH PARTITION {} FINALIZE").format(
+                        store.ident(ent.name), store.ident(name)
+                    )
+                )
+            except psycopg.errors.LockNotAvailable as exc:
+                raise _lock_timeout(exc, ent, f"finalizing the pending detach of {name}") from exc
+            log_event("entity.partitions.detach-finalized", table=ent.name, partition=name)
+    finally:
+        await conn.execute("RESET lock_timeout")
+        await conn.set_autocommit(False)
+    return pending
 
 
 async def maintain_partitions(
@@ -68,6 +116,7 @@ async def maintain_partitions(
     created: list[str] = []
     dropped: list[str] = []
     async with pool.connection() as conn:
+        finalized = await _finalize_pending(store, conn, entity)
         try:
             async with conn.transaction():
                 await conn.execute(
@@ -85,7 +134,7 @@ async def maintain_partitions(
             await conn.commit()
             expired = sorted(
                 n
-                for n in existing
+                for n in {*existing, *finalized}
                 if (s := _start_of(n)) is not None and next_start(s, by.unit) <= cutoff
             )
             if expired:
@@ -97,14 +146,8 @@ async def maintain_partitions(
                         )
                     )
                     for name in expired:
-                        try:
-                            await conn.execute(
-                                sql.SQL("ALTER TABLE {} DETACH PARTITION {} CONCURRENTLY").format(
-                                    store.ident(entity.name), store.ident(name)
-                                )
-                            )
-                        except psycopg.errors.LockNotAvailable as exc:
-                            raise _lock_timeout(exc, entity, f"detaching {name}") from exc
+                        if name not in finalized:  # a finalized one is detached already
+                            await _detach(store, conn, entity, name)
                         await conn.execute(
                             sql.SQL("DROP TABLE IF EXISTS {}").format(store.ident(name))
                         )
@@ -117,5 +160,6 @@ async def maintain_partitions(
         table=entity.name,
         created=len(created),
         dropped=len(dropped),
+        finalized=finalized,
     )
     return {"table": entity.name, "created": created, "dropped": dropped}

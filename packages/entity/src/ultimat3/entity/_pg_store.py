@@ -285,6 +285,19 @@ class PgStore:
         stmt = sql.SQL("SELECT {} AS bucket, {} AS value FROM {}{} GROUP BY 1 ORDER BY 1").format(
             bucket, agg, self.ident(ent.name), where
         )
+        if unit not in SUB_DAY_UNITS:
+            # date_trunc groups by the local date correctly, but where local midnight happens
+            # twice (a zone falling back AT midnight: Havana, Cairo, Beirut) it labels the group
+            # with the later instant, after the rows of the first pass. The label is the
+            # earliest instant whose local time is that midnight: fixed once per bucket.
+            stmt = sql.SQL(
+                "SELECT (SELECT min(v.c) FROM (VALUES (g.bucket), "
+                "(g.bucket - interval '30 minutes'), (g.bucket - interval '1 hour'), "
+                "(g.bucket - interval '2 hours')) AS v(c) "
+                "WHERE (v.c AT TIME ZONE %s) = (g.bucket AT TIME ZONE %s)) AS bucket, g.value "
+                "FROM ({}) AS g ORDER BY 1"
+            ).format(stmt)
+            bparams = [zone, zone, *bparams]
         async with self.connection() as conn:
             rows = await self._tuples(conn, stmt, [*bparams, *params], ent)
         tz = ZoneInfo(zone)

@@ -8,10 +8,11 @@ column does not decrypt."""
 from __future__ import annotations
 
 import base64
+import hmac
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, NoReturn, final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -133,11 +134,72 @@ def _unreadable(where: str, why: str) -> XError:
     )
 
 
-REDACTED = "[sealed]"
+REDACTED = "[redacted]"
+
+
+@final
+class Sealed:
+    """A sealed column's value as a read answers it: ``reveal()`` is the plaintext; ``str``,
+    ``repr`` and ``format`` are ``[redacted]`` (a log line or an f-string shows nothing); its
+    JSON form is refused with ``X_SEALED_VALUE_EXPOSED`` (a step output, a job result or input
+    would store it in plaintext, outside its column). Writes take it back as it is."""
+
+    __slots__ = ("_text", "column")
+
+    def __init__(self, text: str, *, column: str) -> None:
+        self._text = text
+        self.column: Final = column
+        """``entity.column`` it was read from."""
+
+    def reveal(self) -> str:
+        """The plaintext: call it where plaintext is meant (sending it, comparing it)."""
+        return self._text
+
+    def __str__(self) -> str:
+        return REDACTED
+
+    def __repr__(self) -> str:
+        return f"Sealed({self.column}, {REDACTED})"
+
+    def __format__(self, spec: str) -> str:
+        return REDACTED
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sealed):
+            return NotImplemented
+        return hmac.compare_digest(self._text.encode(), other._text.encode())
+
+    def __hash__(self) -> int:
+        return hash((Sealed, self._text))
+
+    def __copy__(self) -> Sealed:
+        return self  # immutable: copy and deepcopy keep it as it is
+
+    def __deepcopy__(self, memo: object) -> Sealed:
+        return self
+
+    def __reduce__(self) -> NoReturn:  # pickle would write the plaintext into its bytes
+        raise self.__x_json_refusal__("a pickle of it")
+
+    def __x_json_refusal__(self, path: str) -> XError:
+        """What core's ``to_json_form`` raises for it (a step checkpoint, a result, a payload)."""
+        return XError(
+            "X_SEALED_VALUE_EXPOSED",
+            f"{path} holds the sealed value of {self.column}: stored as JSON it would be "
+            "plaintext outside its column (a step checkpoint, a job result or input, a log)",
+            fix=f"checkpoint the row's id and read {self.column} again where it is needed, or "
+            "call .reveal() where you mean to store the plaintext",
+            meta={"column": self.column, "path": path},
+        )
+
+
+def revealed(value: object) -> object:
+    """A write's value: a ``Sealed`` read back is written as its plaintext."""
+    return value.reveal() if isinstance(value, Sealed) else value
 
 
 def redact(ent: Entity, row: Mapping[str, object]) -> dict[str, object]:
-    """``row`` with every sealed column's value replaced by ``"[sealed]"`` (for logs)."""
+    """``row`` with every sealed column's value replaced by ``"[redacted]"`` (for logs)."""
     sealed = ent.sealed_columns
     return {k: (REDACTED if k in sealed and v is not None else v) for k, v in row.items()}
 

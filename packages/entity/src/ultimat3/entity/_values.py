@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ultimat3.core import XError
 
+from ._sealing import REDACTED, revealed
+
 if TYPE_CHECKING:
     from ._columns import Column
 
@@ -34,7 +36,19 @@ def _refuse(entity: str, column: str, why: str, value: Any, fix: str) -> XError:
 
 
 def check_value(entity: str, column: str, col: Column, value: Any) -> Any:
-    """The normalized value, or ``X_ENTITY_VALUE_INVALID``. ``None`` only on a nullable column."""
+    """The normalized value, or ``X_ENTITY_VALUE_INVALID``. ``None`` only on a nullable column.
+    A sealed column takes a ``Sealed`` read back as its plaintext, and its refusals never quote
+    the value."""
+    if col.is_sealed:
+        try:
+            return _check_value(entity, column, col, revealed(value))
+        except XError as exc:
+            message = exc.message.rsplit(" (got ", 1)[0] + f" (got {REDACTED})"
+            raise XError(exc.code, message, fix=exc.fix, meta=dict(exc.meta)) from None
+    return _check_value(entity, column, col, value)
+
+
+def _check_value(entity: str, column: str, col: Column, value: Any) -> Any:
     if value is None:
         if col.is_nullable:
             return None

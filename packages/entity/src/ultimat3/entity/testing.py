@@ -15,18 +15,26 @@ Each check migrates ``db`` (the entities of :func:`conformance_entities`) and ra
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from ultimat3.core import SYSTEM_ACTOR, XError, cross_tenant, new_id, use_actor, use_tenant
+from ultimat3.core import (
+    SYSTEM_ACTOR,
+    XError,
+    cross_tenant,
+    new_id,
+    to_json_form,
+    use_actor,
+    use_tenant,
+)
 
 from ._columns import bigint, integer, jsonb, numeric, text, timestamp, uuid
 from ._entity import Entity, Index, entity
 from ._handle import Table
-from ._sealing import KeyRing
+from ._sealing import REDACTED, KeyRing, Sealed
 from ._search import SearchDocument, SearchIndex
 
 TENANT_A = "0190a5b2-0000-7000-8000-00000000000a"
@@ -334,15 +342,38 @@ async def check_series(db: EntityDatabase) -> None:
     )
 
 
+def _revealed(row: Mapping[str, Any] | None, column: str) -> Any:
+    value = (row or {}).get(column)
+    if not isinstance(value, Sealed):
+        raise AssertionError(f"a sealed column read back as {type(value).__name__}, not Sealed")
+    return value.reveal()
+
+
 async def check_sealed(db: EntityDatabase) -> None:
-    """A sealed column reads back as written and cannot be queried on."""
+    """A sealed column reads back as a ``Sealed`` holding what was written (``[redacted]`` as
+    text, refused as JSON), takes one back on a write, and cannot be queried on."""
     await db.migrate()
     t = db.table("items")
     i = new_id()
-    await t.insert({"id": i, "title": "s", "secret": "4111 1111 1111 1111"})
-    _eq(((await t.where(id=i).first()) or {}).get("secret"), "4111 1111 1111 1111", "round trip")
+    card = "4111 1111 1111 1111"
+    inserted = await t.insert({"id": i, "title": "s", "secret": card})
+    _eq(_revealed(inserted, "secret"), card, "insert answers it sealed")
+    row = await t.where(id=i).first()
+    _eq(_revealed(row, "secret"), card, "round trip")
+    assert row is not None
+    _eq((str(row["secret"]), f"{row['secret']}"), (REDACTED, REDACTED), "its text form")
+    _eq(card in repr(row), False, "repr of the row")
+    try:
+        to_json_form({"row": row})
+    except XError as exc:
+        _eq(exc.code, "X_SEALED_VALUE_EXPOSED", "its JSON form is refused")
+        _eq(card in str(exc), False, "the refusal quotes no plaintext")
+    else:
+        raise AssertionError("the JSON form of a sealed value was not refused")
     await t.where(id=i).update(secret="changed")
-    _eq(((await t.where(id=i).first()) or {}).get("secret"), "changed", "update re-seals")
+    _eq(_revealed(await t.where(id=i).first(), "secret"), "changed", "update re-seals")
+    await t.where(id=i).update(secret=row["secret"])  # a Sealed read back is written back
+    _eq(_revealed(await t.where(id=i).first(), "secret"), card, "a Sealed written back")
 
 
 async def check_transaction(db: EntityDatabase) -> None:

@@ -61,6 +61,7 @@ from ._guard import ServerGuard
 from ._import import import_jobs
 from ._introspect import RedisJobIntrospection
 from ._leases import RedisLeaseStore
+from ._redactions import RedisRedactionCatalog
 from ._resp import RespClient
 from ._scripts import Arg, ScriptRunner
 from ._wake import RedisWakeListener
@@ -183,6 +184,7 @@ class RedisJobDriver:
         self.leases = RedisLeaseStore(self._r)
         self.introspect = RedisJobIntrospection(self._r)
         self.backfills = RedisBackfillLedger(self._r)
+        self.redactions = RedisRedactionCatalog(self._r)
         self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
         self.guard = ServerGuard(
             client, prefix, allow_eviction=allow_eviction, timeout_s=command_timeout

@@ -61,6 +61,7 @@ SCRIPT_NAMES: Final[tuple[str, ...]] = (
     "progress",
     "promote",
     "purge",
+    "redactions",
     "remove",
     "requeue",
     "resolve_step",

@@ -183,6 +183,9 @@ def _find_bad(value: Any, path: str, depth: int) -> None:
         except UnicodeDecodeError:
             raise _Bad(path, "bytes that are not UTF-8 have no JSON form (base64 them)") from None
         return
+    refusal = getattr(type(value), "__x_json_refusal__", None)  # a sealed entity value
+    if refusal is not None:
+        raise refusal(value, path)
     children = _children(value)
     if children is None:  # a leaf: pydantic writes datetime, UUID, Decimal, Enum ...
         try:

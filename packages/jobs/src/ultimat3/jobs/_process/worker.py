@@ -46,9 +46,11 @@ from ultimat3.jobs.adapter import (
     ClaimedJob,
     ExhaustedJob,
     ExhaustionReporter,
+    declared_paths,
     driver_event_bus,
     driver_leases,
     driver_members_missing,
+    driver_redactions,
     driver_wake,
 )
 
@@ -374,6 +376,9 @@ class JobWorker:
         self._woken = False
         self._claim_size = self._claim_batch
         await self._register()
+        catalog = driver_redactions(self.driver)  # what `x jobs show` redacts (h/redact)
+        if catalog is not None and (marked := declared_paths(self.jobs.values())):
+            await catalog.declare(marked)
         await self._start_wake()
         watch_worker(self)
         self.depth_sampler.start(self.driver, self.queues)

@@ -18,9 +18,11 @@ from ultimat3.jobs.adapter import (
     BackfillRow,
     JobDetail,
     JobRow,
+    declared_paths,
     driver_backfills,
     driver_introspect,
     job_cursor,
+    show_redacted,
     to_json_dict,
 )
 from ultimat3.jobs.cli import _drain
@@ -56,8 +58,14 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         "--before", metavar="CURSOR", help="the previous page: a page's `previous` cursor"
     )
 
-    p = cmd("show", "one job's whole row with its steps", cmd_show)
+    p = cmd("show", "one job's whole row with its steps (sensitive values redacted)", cmd_show)
     p.add_argument("id")
+    p.add_argument(
+        "--app",
+        metavar="MODULE:ATTRIBUTE",
+        help="the app's list of jobs: redact what their inputs mark x-sensitive even where no "
+        "worker has declared it yet (the catalog a worker writes at start is read anyway)",
+    )
 
     p = cmd("retry", "requeue a finished job; completed steps replay from storage", cmd_retry)
     p.add_argument("id")
@@ -232,7 +240,13 @@ def _show_text(job: JobDetail, backfill: BackfillRow | None) -> str:
 
 
 async def cmd_show(inv: Invocation) -> Answer:
-    job = await (await inv.introspect()).show(inv.args.id)
+    declared = None
+    if inv.args.app is not None:  # the app first: a wrong --app is refused before any dial
+        from ultimat3.jobs.cli._worker import load_jobs
+
+        declared = declared_paths(load_jobs(inv.args.app, command="x jobs show"))
+    await inv.introspect()  # the driver's degrade (no introspect) is refused there
+    job = await show_redacted(await inv.driver(), inv.args.id, declared=declared)
     backfill = next((b for b in await _backfills(inv) if b.job_id == job.id), None)
     data = to_json_dict(job)
     data["backfill"] = None if backfill is None else to_json_dict(backfill)

@@ -86,7 +86,7 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
     )
 
 
-def load_jobs(spec: str) -> list[Any]:
+def load_jobs(spec: str, *, command: str = "x worker") -> list[Any]:
     """The list of jobs at ``module:attribute`` (the attribute may be dotted)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -104,7 +104,7 @@ def load_jobs(spec: str) -> list[Any]:
         raise XError(
             "X_CONFIG_INVALID",
             f"--app {spec!r}: there is no module named {module_name!r} (from {cwd})",
-            fix="run x worker from the app's root, or install the app into this environment",
+            fix=f"run {command} from the app's root, or install the app into this environment",
         ) from exc
     for part in attr.split("."):
         if not hasattr(found, part):

@@ -14,11 +14,11 @@ from ultimat3.jobs.adapter import (
     BackfillRow,
     JobDetail,
     StepRecord,
+    show_redacted,
 )
 
 from ._context import Ctx, View, backfills_of, state_badge
 from ._html import Node, as_json, clip, el, table, when
-from ._redact import redact
 
 COMPENSATE = "compensate:"
 """The step name a compensator runs under: ``compensate:<the step it undoes>``."""
@@ -98,7 +98,7 @@ def _steps(job: JobDetail) -> Node:
             else "-"
         )
         previous = s.updated_at or previous
-        outcome = error_block(s.error) if s.error else el("pre", as_json(redact(s.output)))
+        outcome = error_block(s.error) if s.error else el("pre", as_json(s.output))
         rows.append(
             [
                 el("span", s.name, class_="step-name"),
@@ -182,7 +182,8 @@ def _fields(job: JobDetail, backfill: BackfillRow | None) -> Node:
 
 
 async def job_page(ctx: Ctx, job_id: str) -> View:
-    job = await ctx.need_intro().show(job_id)
+    ctx.need_intro()
+    job = await show_redacted(ctx.driver, job_id)  # the catalog's x-sensitive paths, key names
     ledger = backfills_of(ctx.driver)
     backfill = None
     if ledger is not None:
@@ -195,7 +196,7 @@ async def job_page(ctx: Ctx, job_id: str) -> View:
         el("h2", "Last error"),
         el("div", error_block(job.last_error), id="last-error"),
         el("h2", "Input"),
-        el("pre", as_json(redact(job.payload)), id="payload"),
+        el("pre", as_json(job.payload), id="payload"),
     ]
     if job.result is not None:
         body += [el("h2", "Result"), el("pre", as_json(job.result), id="result")]

@@ -48,6 +48,7 @@ from ._counters import CounterKind
 from ._events import MemoryEventBus, memory_event_bus
 from ._introspect import MemoryJobIntrospection
 from ._leases import MemoryLeaseStore
+from ._redactions import MemoryRedactionCatalog
 from ._state import MemoryState, MemRow, MemWorker, freeze
 from ._steps import MemoryStepStore, held
 
@@ -78,6 +79,7 @@ class MemoryJobDriver:
         self.leases = MemoryLeaseStore(self._s.now_ms)
         self.introspect = MemoryJobIntrospection(self._s)
         self.backfills = MemoryBackfillLedger(self._s.now_ms)
+        self.redactions = MemoryRedactionCatalog()
         self._bus: MemoryEventBus | None = None
         self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
 

@@ -39,6 +39,7 @@ from ultimat3.jobs.postgres._enqueue import Enqueuer
 from ultimat3.jobs.postgres._events import PostgresEventBus
 from ultimat3.jobs.postgres._introspect import PostgresJobIntrospection, purge
 from ultimat3.jobs.postgres._leases import PostgresLeaseStore
+from ultimat3.jobs.postgres._redactions import PostgresRedactionCatalog
 from ultimat3.jobs.postgres._rows import (
     check_text,
     fenced_ids,
@@ -99,6 +100,7 @@ class PostgresJobDriver:
         self._settle_watch = PostgresSettleWatch(self._db)
         self.introspect = PostgresJobIntrospection(self._db)
         self.backfills = PostgresBackfillLedger(self._db)
+        self.redactions = PostgresRedactionCatalog(self._db)
         if (
             isinstance(notify_window_ms, bool)
             or not isinstance(notify_window_ms, int)

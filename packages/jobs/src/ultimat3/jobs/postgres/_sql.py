@@ -34,6 +34,7 @@ TABLES: Final[tuple[str, ...]] = (
     "x_workers",
     "x_paused_queues",
     "x_paused_tasks",
+    "x_job_redactions",
 )
 """Every table the driver owns, as named in ``sql/schema.sql``."""
 

@@ -193,3 +193,12 @@ CREATE TABLE x_paused_tasks (
     task       text COLLATE "C" PRIMARY KEY,
     paused_at  timestamptz NOT NULL
 );
+
+-- The redaction catalog (0006): job name -> the x-sensitive paths of its input schema, a JSON
+-- array of arrays of property names ("*": every item / value). Upserted by a worker at start
+-- (a union), read by `x jobs show` and the dashboard.
+CREATE TABLE x_job_redactions (
+    name         text COLLATE "C" PRIMARY KEY,
+    paths        jsonb NOT NULL,
+    declared_at  timestamptz NOT NULL
+);
