@@ -210,14 +210,18 @@ async def test_one_allowed_record_per_completed_erase_never_the_key(make_db: Mak
 
 
 async def test_one_failed_record_per_attempt_that_threw() -> None:
-    db = memory_database([members])
+    people = entity("people", columns={
+        "id": uuid().primary_key(), "email": text().personal_data("email"),
+        "name": text().personal_data("name"),
+    })  # fmt: skip
+    db = memory_database([people])
     # an anonymize that leaves the email: every attempt refuses before any row is touched
-    leaves = {"members": Anonymize({})}
-    bad = define_subject(members, database=db, key=lambda i: i.member_id, tables=leaves)
+    leaves = {"people": Anonymize({"name": ""})}
+    bad = define_subject(people, database=db, key=lambda i: i.member_id, tables=leaves)
     job = subject_erase(name="e", input=Erase, subject=bad, retry=Retry(attempts=3, delay=1))
     sink = memory_audit_sink()
     pid = new_id()
-    await db.members.insert({"id": pid, "email": "a@b.org"})
+    await db.people.insert({"id": pid, "email": "a@b.org", "name": "A"})
     with swap_adapter(AUDIT_SINK, sink):
         trace = await JobHarness(jobs=[job])(job, Erase(member_id=pid))
     assert trace.state in {"failed", "dead"}

@@ -11,6 +11,7 @@ table that holds the person's key with no foreign key. Every reached table needs
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -214,6 +215,13 @@ class Subject:
                 "Retain('invoices are kept ten years (HGB §257)')",
             )
         if isinstance(treatment, Anonymize):
+            if not treatment.values:
+                raise self._refuse(
+                    "X_SUBJECT_TREATMENT_INVALID",
+                    table,
+                    f"Anonymize on {table!r} names no column",
+                    "name the columns to overwrite, or Retain('why') the table as it is",
+                )
             for column, value in treatment.values.items():
                 col = ent.columns.get(column)
                 if col is None:
@@ -399,6 +407,23 @@ def define_subject(
     return Subject(entity, database, key, treatments, extra)
 
 
+_JOBS: weakref.WeakKeyDictionary[Any, Subject] = weakref.WeakKeyDictionary()
+
+
+def mark_subject_job(job: Any, subject: Subject) -> None:
+    """Record that ``job`` (a ``subject_erase`` / ``subject_export``) works on ``subject``."""
+    _JOBS[job] = subject
+
+
+def subject_of_job(job: object) -> Subject | None:
+    """The subject a ``subject_erase`` / ``subject_export`` job works on (``x verify`` and
+    ``x exercise`` find subjects through the app's jobs); ``None`` for any other job."""
+    try:
+        return _JOBS.get(job)
+    except TypeError:  # not weak-referenceable: no job of ours
+        return None
+
+
 def _personal_refusal(plan: SubjectPlan, table: str, left: Sequence[str]) -> XError:
     return XError(
         "X_PERSONAL_DATA_UNERASED",
@@ -468,7 +493,9 @@ __all__ = [
     "SubjectPlan",
     "Treatment",
     "define_subject",
+    "mark_subject_job",
     "personal_data_problems",
+    "subject_of_job",
     "unerased_personal_data",
     "unreached_personal_data",
 ]

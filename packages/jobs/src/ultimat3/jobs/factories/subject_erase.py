@@ -26,7 +26,13 @@ from ultimat3.core import (
 )
 from ultimat3.jobs import Job, JobContext, Retry, Step, job
 from ultimat3.jobs.factories.backfill import MAX_PAGE_SIZE
-from ultimat3.jobs.factories.subject import Anonymize, Retain, Subject, SubjectPlan
+from ultimat3.jobs.factories.subject import (
+    Anonymize,
+    Retain,
+    Subject,
+    SubjectPlan,
+    mark_subject_job,
+)
 from ultimat3.jobs.factories.subject_keys import StepRunner, collect_keys, pages
 
 
@@ -175,7 +181,7 @@ def subject_erase(
     options: dict[str, Any] = {}
     if queue is not None:
         options["queue"] = queue
-    return job(
+    made = job(
         name=name,
         input=input,
         idempotency_key=idempotency_key,
@@ -185,6 +191,8 @@ def subject_erase(
         run=run,
         **options,
     )
+    mark_subject_job(made, subject)
+    return made
 
 
 __all__ = ["erase_person", "subject_erase"]

@@ -20,7 +20,7 @@ from ultimat3.core import Duration, Signal, XError, to_json_form
 from ultimat3.jobs import Job, JobContext, Retry, Step, job
 from ultimat3.jobs.factories.backfill import MAX_PAGE_SIZE
 from ultimat3.jobs.factories.entity_extra import answer, need_entity
-from ultimat3.jobs.factories.subject import Retain, Subject
+from ultimat3.jobs.factories.subject import Retain, Subject, mark_subject_job
 from ultimat3.jobs.factories.subject_keys import collect_keys, pages
 
 FORMULA_PREFIXES = ("=", "+", "-", "@")
@@ -144,7 +144,7 @@ def subject_export(
     options: dict[str, Any] = {}
     if queue is not None:
         options["queue"] = queue
-    return job(
+    made = job(
         name=name,
         input=input,
         idempotency_key=idempotency_key,
@@ -154,6 +154,8 @@ def subject_export(
         run=run,
         **options,
     )
+    mark_subject_job(made, subject)
+    return made
 
 
 __all__ = ["FORMULA_PREFIXES", "collect_keys", "subject_export"]
