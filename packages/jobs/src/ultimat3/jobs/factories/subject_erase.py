@@ -11,6 +11,8 @@ changes nothing twice. A retained table is reached (and reported) but never writ
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractAsyncContextManager
 from typing import Any, cast
 
 from ultimat3.core import (
@@ -26,6 +28,7 @@ from ultimat3.core import (
 )
 from ultimat3.jobs import Job, JobContext, Retry, Step, job
 from ultimat3.jobs.factories.backfill import MAX_PAGE_SIZE
+from ultimat3.jobs.factories.entity_extra import need_entity
 from ultimat3.jobs.factories.subject import (
     Anonymize,
     Retain,
@@ -53,9 +56,10 @@ async def erase_person(
         async def write(signal: Signal) -> int:
             handle = db.table(table)
             changed = 0
-            for k in page:  # every write an equality on one key
-                q = handle.where(**{column: k})
-                changed += await (q.delete() if values is None else q.update(**values))
+            async with _page_transaction(db):  # a page commits once, all or nothing
+                for k in page:  # every write an equality on one key
+                    q = handle.where(**{column: k})
+                    changed += await (q.delete() if values is None else q.update(**values))
             return changed
 
         return write
@@ -90,6 +94,15 @@ async def erase_person(
                     total += cast("int", await step.run(f"subject:erase:{where}", write))
         report.append({"table": s.table, "rows": total, "treatment": s.treatment_name})
     return report
+
+
+def _page_transaction(db: Any) -> AbstractAsyncContextManager[Any]:
+    """One transaction per page on Postgres (one commit for its writes, not one per key); the
+    memory database writes in place."""
+    ent_mod = need_entity("subject_erase")
+    if isinstance(db, ent_mod.Database):
+        return cast("AbstractAsyncContextManager[Any]", db.transaction())
+    return contextlib.nullcontext()
 
 
 async def _audit(
