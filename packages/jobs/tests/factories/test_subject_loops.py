@@ -4,10 +4,14 @@ attempt that threw, never the person's key."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from ultimat3.core import (
@@ -18,8 +22,8 @@ from ultimat3.core import (
     new_id,
     swap_adapter,
 )
-from ultimat3.entity import Database, entity, memory_database, text, uuid
-from ultimat3.jobs import Anonymize, Retry, define_subject, subject_erase, subject_export
+from ultimat3.entity import Database, database, entity, memory_database, text, uuid
+from ultimat3.jobs import Anonymize, Retain, Retry, define_subject, subject_erase, subject_export
 from ultimat3.jobs.testing import JobHarness, crash_proof
 
 MakeDb = Callable[..., Database]
@@ -256,3 +260,134 @@ async def test_no_sink_installed_writes_nothing_and_a_refusing_sink_fails_the_ru
     assert failed.state in {"failed", "dead"}
     assert "read-only" in str(failed.last_error)
     assert [r.outcome for r in refusing.seen] == ["allowed"]
+
+
+# --- the property over random loops ----------------------------------------------------------
+
+# a child table: (index of its parent among [subject, deleted tables...], its treatment, whether
+# a deleted one also replies to itself through a nullable key)
+loop_tables = st.lists(
+    st.tuples(st.integers(0, 3), st.sampled_from(["delete", "clear", "retain"]), st.booleans()),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(shape=loop_tables, subject_deleted=st.booleans(), seed=st.integers(0, 2**16))
+@example(shape=[(0, "delete", True), (1, "clear", False), (1, "delete", True)],
+         subject_deleted=False, seed=7)  # fmt: skip
+def test_an_erase_over_random_loops_killed_after_every_step_ends_as_an_unkilled_one(
+    new_schema: Callable[[], str],
+    database_url: str,
+    shape: list[tuple[int, str, bool]],
+    subject_deleted: bool,
+    seed: int,
+) -> None:
+    asyncio.run(
+        _loop_property(database_url, new_schema(), new_schema(), shape, subject_deleted, seed)
+    )
+
+
+async def _loop_property(
+    url: str, schema_a: str, schema_b: str, shape: list[tuple[int, str, bool]],
+    subject_deleted: bool, seed: int,
+) -> None:  # fmt: skip
+    rng = random.Random(seed)
+    person = entity("person", columns={"id": uuid().primary_key(),
+                    "val": text().personal_data("name")})  # fmt: skip
+    ents: list[Any] = [person]
+    treatments: dict[str, Any] = {
+        "person": "delete" if subject_deleted else Anonymize({"val": "erased"})
+    }
+    deleted = [0] if subject_deleted else []
+    parent_of: dict[str, str] = {}
+    replies: set[str] = set()
+    for n, (pick, kind, self_ref) in enumerate(shape):
+        options = [0, *[d for d in deleted if d != 0]]
+        parent = ents[options[pick % len(options)]]
+        if (parent.name != "person" or subject_deleted) and kind == "retain":
+            kind = "clear"  # a kept row under a deleted parent clears its key
+        ref = uuid().references(parent)
+        columns = {
+            "id": uuid().primary_key(),
+            "parent_id": ref.nullable() if kind == "clear" else ref,
+            "val": text().personal_data("text"),
+        }
+        if kind == "delete" and self_ref:
+            columns["reply_to"] = uuid().references(f"t{n}").nullable()
+            replies.add(f"t{n}")
+        ents.append(entity(f"t{n}", columns=columns))
+        parent_of[f"t{n}"] = parent.name
+        if kind == "delete":
+            treatments[f"t{n}"] = "delete"
+            deleted.append(len(ents) - 1)
+        elif kind == "clear":
+            treatments[f"t{n}"] = Anonymize({"val": "erased", "parent_id": None})
+        else:
+            treatments[f"t{n}"] = Retain("kept by law")
+
+    # the data, once, with an owner per row: a row referencing one of the person's (by its
+    # parent or by the row it replies to) is the person's — the replies to a deleted row go too
+    owner: dict[str, dict[str, str]] = {e.name: {} for e in ents}
+    rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in ents}
+    pids = [new_id() for _ in range(3)]
+    victim = pids[0]
+    for p in pids:
+        rows["person"].append({"id": p, "val": f"{p}-person"})
+        owner["person"][p] = p
+    for ent in ents[1:]:
+        for parent_id, parent_owner in owner[parent_of[ent.name]].items():
+            for k in range(rng.randint(1, 2)):
+                rid, who = new_id(), parent_owner
+                row: dict[str, Any] = {
+                    "id": rid,
+                    "parent_id": parent_id,
+                    "val": f"{who}-{ent.name}-{k}",
+                }
+                if ent.name in replies:
+                    row["reply_to"] = None
+                    mine = list(owner[ent.name].items())
+                    if mine and rng.random() < 0.6:
+                        target, target_owner = rng.choice(mine)
+                        row["reply_to"] = target
+                        # the row goes if either row it references goes
+                        who = victim if victim in (target_owner, parent_owner) else who
+                        row["val"] = f"{who}-{ent.name}-reply-{k}"
+                owner[ent.name][rid] = who
+                rows[ent.name].append(row)
+
+    finals = []
+    for schema, crash in ((schema_a, False), (schema_b, True)):
+        async with database(url, ents, schema=schema) as db:
+            await db.migrate()
+            for ent in ents:
+                if rows[ent.name]:
+                    await db.table(ent.name).insert_all(rows[ent.name])
+            subject = define_subject(person, database=db, key=lambda i: i.member_id,
+                                     tables=treatments)  # fmt: skip
+            job = subject_erase(name="erase", input=Erase, subject=subject, page_size=2)
+            if crash:
+                report = await crash_proof(job, Erase(member_id=victim))
+                assert report.state == "done", report.last_error
+            else:
+                trace = await JobHarness(jobs=[job])(job, Erase(member_id=victim))
+                assert trace.state == "done", trace.last_error
+            finals.append(
+                {e.name: {r["id"]: r for r in await db.table(e.name).all()} for e in ents}
+            )
+
+    assert finals[0] == finals[1]  # killed after every step, it ends where an unkilled run does
+    after = finals[0]
+    for ent in ents:
+        retained = isinstance(treatments[ent.name], Retain)
+        for row in rows[ent.name]:
+            left = after[ent.name].get(row["id"])
+            if owner[ent.name][row["id"]] != victim or retained:
+                assert left == row, (ent.name, "a row not the person's changed", row, left)
+            else:
+                assert left is None or victim not in str(left["val"]), (ent.name, left)
