@@ -3,16 +3,17 @@
 The run first takes the subject's plan (every refusal — an undeclared table, an invalid
 treatment, a loop, personal data an anonymize leaves — before any row is touched). Then, one step
 per page of parent keys: the keys of every deleted table are read top-down (the subject's own
-key first), and the treatments are written children first, the subject last. Every write is an
-equality on one key (``where(column=key).delete()`` / ``.update(**values)``), and the keys each
-step read are its checkpoint, so a run killed at any step resumes where it stopped and a replay
-changes nothing twice. A retained table is reached (and reported) but never written.
+key first), and the treatments are written children first, the subject last. Every write is
+one statement per page, an equality on the page's stored keys (``where column in (keys)``, never
+a range), and the keys each step read are its checkpoint, so a run killed at any step resumes
+where it stopped and a replay changes nothing twice. A loop of deleted tables has its nullable
+key set to ``None`` first. A retained table is reached (and reported) but never written. With an
+``AUDIT_SINK`` installed, one ``allowed`` record per completed erase and one ``failed`` per
+attempt that threw (the subject's entity and the run id, never the person's key).
 """
 
 from __future__ import annotations
 
-import contextlib
-from contextlib import AbstractAsyncContextManager
 from typing import Any, cast
 
 from ultimat3.core import (
@@ -28,7 +29,6 @@ from ultimat3.core import (
 )
 from ultimat3.jobs import Job, JobContext, Retry, Step, job
 from ultimat3.jobs.factories.backfill import MAX_PAGE_SIZE
-from ultimat3.jobs.factories.entity_extra import need_entity
 from ultimat3.jobs.factories.subject import (
     Anonymize,
     Retain,
@@ -55,12 +55,10 @@ async def erase_person(
     def writer(table: str, column: str, page: list[Any], values: Any) -> Any:
         async def write(signal: Signal) -> int:
             handle = db.table(table)
-            changed = 0
-            async with _page_transaction(db):  # a page commits once, all or nothing
-                for k in page:  # every write an equality on one key
-                    q = handle.where(**{column: k})
-                    changed += await (q.delete() if values is None else q.update(**values))
-            return changed
+            # one statement per page: `column in (the page's stored keys)` — equalities on keys
+            # read before, never a range, so a replay changes nothing twice
+            q = handle.where().and_where(column, "in", page)
+            return int(await (q.delete() if values is None else q.update(**values)))
 
         return write
 
@@ -94,15 +92,6 @@ async def erase_person(
                     total += cast("int", await step.run(f"subject:erase:{where}", write))
         report.append({"table": s.table, "rows": total, "treatment": s.treatment_name})
     return report
-
-
-def _page_transaction(db: Any) -> AbstractAsyncContextManager[Any]:
-    """One transaction per page on Postgres (one commit for its writes, not one per key); the
-    memory database writes in place."""
-    ent_mod = need_entity("subject_erase")
-    if isinstance(db, ent_mod.Database):
-        return cast("AbstractAsyncContextManager[Any]", db.transaction())
-    return contextlib.nullcontext()
 
 
 async def _audit(
