@@ -109,7 +109,9 @@ async def _sql(statement: str, *params: Any) -> None:
 
 async def _drop(schema: str) -> None:
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+        )
 
 
 # --- erase -------------------------------------------------------------------------------------
