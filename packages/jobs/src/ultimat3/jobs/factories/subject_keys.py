@@ -30,12 +30,19 @@ def pages(keys: Sequence[Any], size: int) -> list[list[Any]]:
 async def collect_keys(
     step: StepRunner, plan: SubjectPlan, db: Any, person: Any, page_size: int, label: str
 ) -> dict[str, list[Any]]:
-    """The keys of every deleted table of ``plan`` (``{table: [key, ...]}``, the subject's own
-    included), read top-down, one step per page of parent keys
-    (``<label>:keys:<table>.<column>:NNNNN``)."""
+    """The keys of every deleted table of ``plan`` that another references or a loop runs
+    through (``{table: [key, ...]}``, the subject's own included), read top-down, one step per
+    page of parent keys (``<label>:keys:<table>.<column>:NNNNN``)."""
     keys: dict[str, list[Any]] = {plan.subject: [person]}
     seen: dict[str, set[Any]] = {plan.subject: {person}}
-    walk = [s for s in reversed(plan.steps) if s.table != plan.subject and s.treatment == "delete"]
+    # only a table something references (or a loop's, written by its own key) needs its keys:
+    # a leaf is written through its parents' keys
+    needed = {lk.parent for s in plan.steps for lk in s.via} | {lk.table for lk in plan.cleared}
+    walk = [
+        s
+        for s in reversed(plan.steps)
+        if s.table != plan.subject and s.treatment == "delete" and s.table in needed
+    ]
     consumed: dict[Link, int] = {}
     round_no = 0
     while True:
