@@ -11,11 +11,12 @@ postgres`` for the Postgres one in a schema of its own). Reported: wall time, pa
 pages/s, entity statements (counted at ``PgStore``'s three execution paths) and statements per
 page, the rows each table lost. The bystander's rows are checked untouched.
 
-``rollup``: ``--events`` rows (default 1,000,000) over 30 days, rolled up per hour with a 30-day
+``rollup``: ``--events`` rows (default 1,000,000) over 30 days, rolled up per ``--unit`` (default
+hour) in UTC with a 30-day
 lookback — every row inside the window — by ``rollup()`` (``series()`` on the server, one
-``upsert_all``) against the hand-written ``INSERT ... SELECT date_trunc(...), count(*) ... GROUP
-BY 1 ON CONFLICT DO UPDATE`` over the same window, in turns (the order alternating), each into a
-table of its own, both ending with the same rows (checked).
+``upsert_all``) against the hand-written ``INSERT ... SELECT date_trunc(unit, created_at, 'UTC'),
+count(*) ... GROUP BY 1 ON CONFLICT DO UPDATE`` over the same window, in turns (the order
+alternating), each into a table of its own, both ending with the same rows (checked).
 
 Medians of ``--rounds`` (default 3). Every round on a fresh schema of the server ``$DATABASE_URL``
 names (default the local test server), dropped at the end; loopback only; bounded (one erase and
@@ -188,13 +189,13 @@ async def erase_round(related: int, driver_kind: str) -> dict[str, Any]:
 END = datetime(2026, 11, 30, tzinfo=UTC)
 HAND = """
 INSERT INTO {into} (hour, n)
-SELECT date_trunc('hour', created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', count(*)
+SELECT date_trunc(%s, created_at, 'UTC'), count(*)
 FROM {events} WHERE created_at >= %s GROUP BY 1
 ON CONFLICT (hour) DO UPDATE SET n = EXCLUDED.n
 """
 
 
-async def rollup_round(n_events: int, first: str) -> dict[str, float]:
+async def rollup_round(n_events: int, first: str, unit: str) -> dict[str, float]:
     schema = _schema("rollup")
     db = database(DSN, [events, per_hour, hand_per_hour], schema=schema)
     try:
@@ -219,7 +220,7 @@ async def rollup_round(n_events: int, first: str) -> dict[str, float]:
 
         job = rollup(
             name="events.per_hour", into=per_hour, table=lambda: db.per_hour, key=["hour"],
-            lookback="30d", bucket=Bucket(unit="hour", time_zone="UTC"), source=source,
+            lookback="30d", bucket=Bucket(unit=unit, time_zone="UTC"), source=source,
             map=lambda p, w: {"hour": p.bucket, "n": p.value},
         )  # fmt: skip
         since = END - timedelta(days=30)
@@ -239,7 +240,7 @@ async def rollup_round(n_events: int, first: str) -> dict[str, float]:
             )
             t0 = time.perf_counter()
             async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-                await conn.execute(stmt, (since,))
+                await conn.execute(stmt, (unit, since))
             return time.perf_counter() - t0
 
         order = [("rollup", ours), ("hand", hand)]
@@ -270,6 +271,7 @@ async def main() -> None:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--driver", choices=("memory", "postgres"), default="memory")
+    p.add_argument("--unit", choices=("hour", "day"), default="hour", help="the rollup's bucket")
     a = p.parse_args()
     print(f"server {DSN.rsplit('@', 1)[-1]}, load average {_load()} (1/5/15 min, 2 cores, shared)")
     if a.only in (None, "erase"):
@@ -294,7 +296,7 @@ async def main() -> None:
     if a.only in (None, "rollup"):
         rounds = []
         for n in range(a.rounds):
-            r = await rollup_round(a.events, "hand" if n % 2 else "rollup")
+            r = await rollup_round(a.events, "hand" if n % 2 else "rollup", a.unit)
             rounds.append(r)
             print(
                 f"rollup round {n + 1}: rollup() {r['rollup']:.2f} s, hand-written "
@@ -304,7 +306,8 @@ async def main() -> None:
         hand = statistics.median(r["hand"] for r in rounds)
         ratio = statistics.median(r["rollup"] / r["hand"] for r in rounds)
         print(
-            f"rollup over {a.events:,} rows, median of {a.rounds}: rollup() {ours:.2f} s, "
+            f"rollup per {a.unit} over {a.events:,} rows, median of {a.rounds}: "
+            f"rollup() {ours:.2f} s, "
             f"hand-written insert ... select ... on conflict {hand:.2f} s; rollup() / "
             f"hand-written: {ours / hand:.2f}x of the medians, {ratio:.2f}x the median round"
         )
