@@ -391,3 +391,56 @@ async def _loop_property(
                 assert left == row, (ent.name, "a row not the person's changed", row, left)
             else:
                 assert left is None or victim not in str(left["val"]), (ent.name, left)
+
+
+# --- a loop through the subject's own row ----------------------------------------------------
+
+
+def _with_avatar(nullable: bool) -> tuple[Any, Any]:
+    files = entity("files", columns={"id": uuid().primary_key(),
+                   "owner_id": uuid().references("people"), "name": text()})  # fmt: skip
+    avatar = uuid().references(files)
+    people = entity("people", columns={
+        "id": uuid().primary_key(), "email": text().personal_data("email"),
+        "avatar_id": avatar.nullable() if nullable else avatar,
+    })  # fmt: skip
+    return people, files
+
+
+async def test_the_subjects_own_nullable_key_to_a_deleted_table_is_cleared_first(
+    make_db: MakeDb,
+) -> None:
+    people, files = _with_avatar(nullable=True)
+    db = make_db([people, files])
+    await db.migrate()
+    ann, bob = new_id(), new_id()
+    for who in (ann, bob):
+        await db.people.insert({"id": who, "email": f"{who}@x.org"})
+        f = await db.files.insert({"id": new_id(), "owner_id": who, "name": "me.png"})
+        await db.people.where(id=who).update(avatar_id=f["id"])
+    tables = {"people": Anonymize({"email": "erased"}), "files": "delete"}
+    subject = define_subject(people, database=db, key=lambda i: i.member_id, tables=tables)
+    assert [(lk.table, lk.column) for lk in subject.plan().cleared] == [("people", "avatar_id")]
+    job = subject_erase(name="people.erase", input=Erase, subject=subject)
+    trace = await JobHarness(jobs=[job])(job, Erase(member_id=ann))
+    assert trace.state == "done", trace.last_error
+    assert "subject:clear:people.avatar_id:00000" in trace.steps
+    row = await db.people.where(id=ann).first()
+    assert row is not None and (row["email"], row["avatar_id"]) == ("erased", None)
+    assert [f["owner_id"] for f in await db.files.all()] == [bob]
+    other = await db.people.where(id=bob).first()
+    assert other is not None and other["avatar_id"] is not None
+    from ultimat3.jobs import subject_proof
+
+    assert await subject_proof(subject, database=make_db([people, files])) == []
+
+
+def test_the_subjects_own_required_key_to_a_deleted_table_is_a_cycle() -> None:
+    people, files = _with_avatar(nullable=False)
+    subject = define_subject(people, database=memory_database([people, files]),
+                             key=lambda i: i.member_id,
+                             tables={"people": "delete", "files": "delete"})  # fmt: skip
+    with pytest.raises(XError) as err:
+        subject.plan()
+    assert err.value.code == "X_SUBJECT_CYCLE"
+    assert "people.avatar_id references the deleted 'files'" in err.value.message

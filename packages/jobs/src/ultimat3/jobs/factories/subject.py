@@ -184,6 +184,7 @@ class Subject:
         for table in [root, *via]:
             self._check_treatment(table, self.tables[table], via.get(table, []), deleted)
         order, cleared = self._children_first(root, via, deleted)
+        cleared += self._subject_links(root, deleted)
         steps = tuple(PlanStep(t, self.tables[t], tuple(via.get(t, ()))) for t in [*order, root])
         plan = SubjectPlan(root, steps, frozenset([root, *via]), entities, cleared)
         problems = unerased_personal_data(plan)
@@ -260,6 +261,27 @@ class Subject:
                     f"{table}.{link.column} anonymized to None",
                     f"'delete' it, or Anonymize({{{link.column!r}: None, ...}})",
                 )
+
+    def _subject_links(self, root: str, deleted: set[str]) -> tuple[Link, ...]:
+        """The subject's own keys to a deleted table (``members.avatar_id`` to ``files``): a loop
+        through the subject, cleared first when nullable, else ``X_SUBJECT_CYCLE``."""
+        out: list[Link] = []
+        for column, col in self.database.entities[root].columns.items():
+            target = col.reference.target_name if col.reference is not None else None
+            if target is None or target == root or target not in deleted:
+                continue
+            if not col.is_nullable:
+                raise self._refuse(
+                    "X_SUBJECT_CYCLE",
+                    root,
+                    f"the subject's {root}.{column} references the deleted {target!r}, which "
+                    f"references the subject: {root} -> {target} -> {root} is a loop with no "
+                    "nullable key to clear first",
+                    f"make {root}.{column} .nullable() (it is set to None before the deletes), "
+                    f"or give {target!r} another treatment",
+                )
+            out.append(Link(root, column, target))
+        return tuple(out)
 
     def _children_first(
         self, root: str, via: Mapping[str, Sequence[Link]], deleted: set[str]

@@ -37,7 +37,8 @@ async def collect_keys(
     seen: dict[str, set[Any]] = {plan.subject: {person}}
     # only a table something references (or a loop's, written by its own key) needs its keys:
     # a leaf is written through its parents' keys
-    needed = {lk.parent for s in plan.steps for lk in s.via} | {lk.table for lk in plan.cleared}
+    needed = {lk.parent for s in plan.steps for lk in s.via}
+    needed |= {t for lk in plan.cleared for t in (lk.table, lk.parent)}
     walk = [
         s
         for s in reversed(plan.steps)

@@ -105,8 +105,10 @@ class _Seeder:
                 later.append((column, parent))
             elif col.reference is None:  # a columns= entry: the person's key, no foreign key
                 row[column] = self._key_of(self.plan.subject)
-            elif col.is_nullable and parent not in self.plan.reached and column not in via:
-                row[column] = None
+            elif col.is_nullable and column not in via and parent not in self.rows:
+                row[column] = None  # set once every row exists, when the walk reaches it
+                if parent in self.plan.reached:
+                    later.append((column, parent))
             else:
                 row[column] = self._key_of(parent, await self.row_of(parent))
         created = await self.db.table(table).insert(row)
