@@ -146,6 +146,12 @@ loop_b = entity("loop_b", columns={"id": uuid().primary_key(),
         (ALL, {**TABLES, "likes": None}, "X_SUBJECT_TREATMENT_INVALID", "treatment None"),
         (
             ALL,
+            {**TABLES, "posts": Anonymize({})},
+            "X_SUBJECT_TREATMENT_INVALID",
+            "Anonymize on 'posts' names no column",
+        ),
+        (
+            ALL,
             {k: v for k, v in TABLES.items() if k != "likes"},
             "X_SUBJECT_TABLE_UNDECLARED",
             "reaches 'likes'",

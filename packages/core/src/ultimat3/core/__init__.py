@@ -9,6 +9,14 @@ from ._adapters import (
     swap_adapter,
     uninstall_adapter,
 )
+from ._audit import (
+    AUDIT_SINK,
+    AuditOutcome,
+    AuditRecord,
+    AuditSink,
+    MemoryAuditSink,
+    memory_audit_sink,
+)
 from ._backoff import BackoffCurve, JitterMode, backoff_delay
 from ._clock import (
     Clock,
@@ -75,6 +83,7 @@ from ._webhook_signature import (
 )
 
 __all__ = [
+    "AUDIT_SINK",
     "CODES",
     "CROSS_TENANT_PERMISSION",
     "CURRENCY_SCALES",
@@ -88,6 +97,9 @@ __all__ = [
     "WEBHOOK_TOPIC_HEADER",
     "AbortController",
     "Actor",
+    "AuditOutcome",
+    "AuditRecord",
+    "AuditSink",
     "BackoffCurve",
     "Clock",
     "CodeInfo",
@@ -96,6 +108,7 @@ __all__ = [
     "FrozenClock",
     "JitterMode",
     "JsonValue",
+    "MemoryAuditSink",
     "Money",
     "Port",
     "RetryClass",
@@ -124,6 +137,7 @@ __all__ = [
     "is_lowercase_uuid",
     "loads_json",
     "log_event",
+    "memory_audit_sink",
     "meter",
     "never_signal",
     "new_id",

@@ -88,6 +88,7 @@ if TYPE_CHECKING:  # the factories, typed for mypy (`from ultimat3.jobs import b
     from ultimat3.jobs.factories.subject import unreached_personal_data as unreached_personal_data
     from ultimat3.jobs.factories.subject_erase import subject_erase as subject_erase
     from ultimat3.jobs.factories.subject_export import subject_export as subject_export
+    from ultimat3.jobs.factories.subject_proof import subject_proof as subject_proof
     from ultimat3.jobs.factories.webhook import (
         DEFAULT_WEBHOOK_DISABLE_AFTER as DEFAULT_WEBHOOK_DISABLE_AFTER,
     )
@@ -162,6 +163,7 @@ _FACTORIES: dict[str, str] = {
     "unreached_personal_data": "subject",
     "subject_erase": "subject_erase",
     "subject_export": "subject_export",
+    "subject_proof": "subject_proof",
 }
 
 

@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     _scheduler.register(root, common)
     _tasks.register(root, common)
     _dashboard.register(root, common)
+    from ultimat3.jobs.cli import _exercise, _verify  # issue 24: x verify / x exercise
+
+    _verify.register(root, common)
+    _exercise.register(root, common)
     for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
         register = entry.load()
         register(root, common)
@@ -150,7 +154,7 @@ async def main_async(
         emit_error(_cli_fix(exc, args, environ), as_json=as_json, err=err)
         return EXIT_ERROR
     emit(answer, as_json=as_json, out=out)
-    return EXIT_OK
+    return answer.exit_code or EXIT_OK  # x verify / x exercise answer their findings with 1
 
 
 def _cli_fix(exc: XError, args: argparse.Namespace, env: Mapping[str, str]) -> XError:

@@ -32,6 +32,8 @@ class Answer:
 
     data: Any
     text: str
+    exit_code: int = EXIT_OK
+    """What ``x`` exits with once it is printed (``x verify`` answers its findings with 1)."""
 
 
 def _fallback(value: object) -> Any:

@@ -11,6 +11,7 @@ table that holds the person's key with no foreign key. Every reached table needs
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -67,12 +68,19 @@ class PlanStep:
 
 @dataclass(frozen=True, slots=True)
 class SubjectPlan:
-    """``subject.plan()``: the ordered walk — children first, the subject last."""
+    """``subject.plan()``: the ordered walk — children first, the subject last. ``cleared``:
+    the nullable links of a loop of deleted tables, set to ``None`` before any delete."""
 
     subject: str
     steps: tuple[PlanStep, ...]
     reached: frozenset[str] = field(default_factory=frozenset)
     entities: Mapping[str, Entity] = field(default_factory=dict, repr=False)
+    cleared: tuple[Link, ...] = ()
+
+    def clears(self, table: str) -> bool:
+        """Whether a cleared link leads into ``table`` (its rows are then written by their own
+        key: the cleared column no longer finds them)."""
+        return any(lk.table == table for lk in self.cleared)
 
 
 def _treatment(subject: str, table: str, given: object) -> Treatment:
@@ -175,9 +183,10 @@ class Subject:
         deleted = {t for t in [root, *via] if self.tables[t] == "delete"}
         for table in [root, *via]:
             self._check_treatment(table, self.tables[table], via.get(table, []), deleted)
-        order = self._children_first(root, via, deleted)
+        order, cleared = self._children_first(root, via, deleted)
+        cleared += self._subject_links(root, deleted)
         steps = tuple(PlanStep(t, self.tables[t], tuple(via.get(t, ()))) for t in [*order, root])
-        plan = SubjectPlan(root, steps, frozenset([root, *via]), entities)
+        plan = SubjectPlan(root, steps, frozenset([root, *via]), entities, cleared)
         problems = unerased_personal_data(plan)
         if problems:
             raise problems[0]
@@ -207,6 +216,13 @@ class Subject:
                 "Retain('invoices are kept ten years (HGB §257)')",
             )
         if isinstance(treatment, Anonymize):
+            if not treatment.values:
+                raise self._refuse(
+                    "X_SUBJECT_TREATMENT_INVALID",
+                    table,
+                    f"Anonymize on {table!r} names no column",
+                    "name the columns to overwrite, or Retain('why') the table as it is",
+                )
             for column, value in treatment.values.items():
                 col = ent.columns.get(column)
                 if col is None:
@@ -246,37 +262,102 @@ class Subject:
                     f"'delete' it, or Anonymize({{{link.column!r}: None, ...}})",
                 )
 
-    def _children_first(
-        self, root: str, via: Mapping[str, Sequence[Link]], deleted: set[str]
-    ) -> list[str]:
-        """Every reached table, each before the deleted tables it references (post-order)."""
-        # a table's parents among the reached deleted ones: it must be written before them
-        parents = {t: {link.parent for link in ls if link.parent != root} for t, ls in via.items()}
-        order: list[str] = []
-        state: dict[str, str] = {}
-
-        def visit(table: str, path: list[str]) -> None:
-            if state.get(table) == "done":
-                return
-            if state.get(table) == "open":
-                loop = path[path.index(table) :]
+    def _subject_links(self, root: str, deleted: set[str]) -> tuple[Link, ...]:
+        """The subject's own keys to a deleted table (``members.avatar_id`` to ``files``): a loop
+        through the subject, cleared first when nullable, else ``X_SUBJECT_CYCLE``."""
+        out: list[Link] = []
+        for column, col in self.database.entities[root].columns.items():
+            target = col.reference.target_name if col.reference is not None else None
+            if target is None or target == root or target not in deleted:
+                continue
+            if not col.is_nullable:
                 raise self._refuse(
                     "X_SUBJECT_CYCLE",
-                    table,
-                    f"the deleted tables {' -> '.join([*loop, table])} form a loop",
-                    "break the loop: a nullable key, cleared first, or another treatment",
+                    root,
+                    f"the subject's {root}.{column} references the deleted {target!r}, which "
+                    f"references the subject: {root} -> {target} -> {root} is a loop with no "
+                    "nullable key to clear first",
+                    f"make {root}.{column} .nullable() (it is set to None before the deletes), "
+                    f"or give {target!r} another treatment",
                 )
-            state[table] = "open"
+            out.append(Link(root, column, target))
+        return tuple(out)
+
+    def _children_first(
+        self, root: str, via: Mapping[str, Sequence[Link]], deleted: set[str]
+    ) -> tuple[list[str], tuple[Link, ...]]:
+        """Every reached table, each before the deleted tables it references (post-order), and
+        the nullable links cleared first to break each loop of deleted tables."""
+        edges = [lk for ls in via.values() for lk in ls if lk.parent != root]
+        cleared: list[Link] = []
+        while (loop := _find_loop([lk for lk in edges if lk not in cleared])) is not None:
+            pairs = list(zip(loop, [*loop[1:], loop[0]], strict=True))
+            for child, parent in pairs:
+                links = [lk for lk in edges if (lk.table, lk.parent) == (child, parent)]
+                ent = self.database.entities[child]
+                if all(ent.columns[lk.column].is_nullable for lk in links):
+                    cleared += links
+                    break
+            else:
+                names = " -> ".join([*loop, loop[0]])
+                raise self._refuse(
+                    "X_SUBJECT_CYCLE",
+                    loop[0],
+                    f"the deleted tables {names} form a loop with no nullable key to clear first",
+                    "make one foreign key of the loop .nullable() (it is set to None before the "
+                    "deletes), or give one table another treatment",
+                )
+        # a table's parents among the reached deleted ones: it must be written before them
+        active = [lk for lk in edges if lk not in cleared]
+        parents: dict[str, set[str]] = {t: set() for t in via}
+        for lk in active:
+            parents[lk.table].add(lk.parent)
+        order: list[str] = []
+        done: set[str] = set()
+
+        def visit(table: str) -> None:
+            if table in done:
+                return
+            done.add(table)
             # the tables referencing this one come first (children before parents)
             for child, ps in parents.items():
                 if table in ps:
-                    visit(child, [*path, table])
-            state[table] = "done"
+                    visit(child)
             order.append(table)
 
         for table in via:
-            visit(table, [])
-        return order
+            visit(table)
+        return order, tuple(cleared)
+
+
+def _find_loop(links: Sequence[Link]) -> list[str] | None:
+    """A loop of ``links`` as its tables ``[a, b, ...]`` (``a`` references ``b``, ..., the last
+    references ``a``), or ``None``."""
+    refs: dict[str, list[str]] = {}
+    for lk in links:
+        refs.setdefault(lk.table, [])
+        if lk.parent not in refs[lk.table]:
+            refs[lk.table].append(lk.parent)
+    state: dict[str, str] = {}
+
+    def visit(table: str, path: list[str]) -> list[str] | None:
+        if state.get(table) == "done":
+            return None
+        if state.get(table) == "open":
+            return path[path.index(table) :]
+        state[table] = "open"
+        for parent in refs.get(table, []):
+            found = visit(parent, [*path, table])
+            if found is not None:
+                return found
+        state[table] = "done"
+        return None
+
+    for table in list(refs):
+        found = visit(table, [])
+        if found is not None:
+            return found
+    return None
 
 
 def define_subject(
@@ -348,6 +429,23 @@ def define_subject(
     return Subject(entity, database, key, treatments, extra)
 
 
+_JOBS: weakref.WeakKeyDictionary[Any, Subject] = weakref.WeakKeyDictionary()
+
+
+def mark_subject_job(job: Any, subject: Subject) -> None:
+    """Record that ``job`` (a ``subject_erase`` / ``subject_export``) works on ``subject``."""
+    _JOBS[job] = subject
+
+
+def subject_of_job(job: object) -> Subject | None:
+    """The subject a ``subject_erase`` / ``subject_export`` job works on (``x verify`` and
+    ``x exercise`` find subjects through the app's jobs); ``None`` for any other job."""
+    try:
+        return _JOBS.get(job)
+    except TypeError:  # not weak-referenceable: no job of ours
+        return None
+
+
 def _personal_refusal(plan: SubjectPlan, table: str, left: Sequence[str]) -> XError:
     return XError(
         "X_PERSONAL_DATA_UNERASED",
@@ -417,7 +515,9 @@ __all__ = [
     "SubjectPlan",
     "Treatment",
     "define_subject",
+    "mark_subject_job",
     "personal_data_problems",
+    "subject_of_job",
     "unerased_personal_data",
     "unreached_personal_data",
 ]

@@ -3,29 +3,130 @@
 The run first takes the subject's plan (every refusal — an undeclared table, an invalid
 treatment, a loop, personal data an anonymize leaves — before any row is touched). Then, one step
 per page of parent keys: the keys of every deleted table are read top-down (the subject's own
-key first), and the treatments are written children first, the subject last. Every write is an
-equality on one key (``where(column=key).delete()`` / ``.update(**values)``), and the keys each
-step read are its checkpoint, so a run killed at any step resumes where it stopped and a replay
-changes nothing twice. A retained table is reached (and reported) but never written.
+key first), and the treatments are written children first, the subject last. Every write is
+one statement per page, an equality on the page's stored keys (``where column in (keys)``, never
+a range), and the keys each step read are its checkpoint, so a run killed at any step resumes
+where it stopped and a replay changes nothing twice. A loop of deleted tables has its nullable
+key set to ``None`` first. A retained table is reached (and reported) but never written. With an
+``AUDIT_SINK`` installed, one ``allowed`` record per completed erase and one ``failed`` per
+attempt that threw (the subject's entity and the run id, never the person's key).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, cast
 
-from ultimat3.core import Duration, Signal, XError, to_json_form
+from ultimat3.core import (
+    AUDIT_SINK,
+    AuditOutcome,
+    AuditRecord,
+    AuditSink,
+    Duration,
+    Signal,
+    XError,
+    installed_adapter,
+    to_json_form,
+)
 from ultimat3.jobs import Job, JobContext, Retry, Step, job
 from ultimat3.jobs.factories.backfill import MAX_PAGE_SIZE
-from ultimat3.jobs.factories.subject import Anonymize, Retain, Subject
+from ultimat3.jobs.factories.subject import (
+    Anonymize,
+    Retain,
+    Subject,
+    SubjectPlan,
+    mark_subject_job,
+)
+from ultimat3.jobs.factories.subject_keys import StepRunner, collect_keys, pages
 
 
 def _invalid(name: object, message: str, fix: str) -> XError:
     return XError("X_JOB_DECLARATION_INVALID", f"subject_erase({name!r}): {message}", fix=fix)
 
 
-def _pages(keys: Sequence[Any], size: int) -> list[list[Any]]:
-    return [list(keys[i : i + size]) for i in range(0, len(keys), size)]
+async def erase_person(
+    step: StepRunner, plan: SubjectPlan, db: Any, person: Any, page_size: int
+) -> list[dict[str, Any]]:
+    """Erase ``person`` as ``plan`` says, one ``step.run`` per page: the keys top-down, the
+    loop's nullable keys cleared, then the treatments children first, the subject last. Answers
+    ``[{"table", "rows", "treatment"}]`` in the order written."""
+    root = plan.subject
+    keys = await collect_keys(step, plan, db, person, page_size, "subject")
+
+    def writer(table: str, column: str, page: list[Any], values: Any) -> Any:
+        async def write(signal: Signal) -> int:
+            handle = db.table(table)
+            # one statement per page: `column in (the page's stored keys)` — equalities on keys
+            # read before, never a range, so a replay changes nothing twice
+            q = handle.where().and_where(column, "in", page)
+            return int(await (q.delete() if values is None else q.update(**values)))
+
+        return write
+
+    # a loop of deleted tables: its nullable key is set to None first, so no delete is blocked
+    for link in plan.cleared:
+        for n, page in enumerate(pages(keys.get(link.parent, []), page_size)):
+            clear = writer(link.table, link.column, page, {link.column: None})
+            await step.run(f"subject:clear:{link.table}.{link.column}:{n:05d}", clear)
+    report: list[dict[str, Any]] = []
+    for s in plan.steps:
+        treatment = s.treatment
+        total = 0
+        if not isinstance(treatment, Retain):
+            values = treatment.values if isinstance(treatment, Anonymize) else None
+            ent = db.entities[s.table]
+            targets: list[tuple[str, list[list[Any]], str]]
+            if s.table == root:
+                targets = [(ent.primary_key[0], [[person]], "")]
+            elif plan.clears(s.table):  # the cleared column finds nothing now: by own key
+                pk = ent.primary_key[0]
+                targets = [(pk, pages(keys.get(s.table, []), page_size), pk)]
+            else:
+                targets = [
+                    (link.column, pages(keys.get(link.parent, []), page_size), link.column)
+                    for link in s.via
+                ]
+            for column, column_pages, label in targets:
+                for n, page in enumerate(column_pages):
+                    where = f"{s.table}.{label}:{n:05d}" if label else s.table
+                    write = writer(s.table, column, page, values)
+                    total += cast("int", await step.run(f"subject:erase:{where}", write))
+        report.append({"table": s.table, "rows": total, "treatment": s.treatment_name})
+    return report
+
+
+async def _audit(
+    sink: AuditSink,
+    outcome: AuditOutcome,
+    ctx: JobContext,
+    subject: Subject,
+    suffix: str,
+    error: BaseException | None,
+) -> None:
+    """One record: the subject's entity and the run id, never the person's key (an app may make
+    it an email), and of a failure its code only (a database error's message quotes keys)."""
+    code = None
+    if error is not None:
+        code = error.code if isinstance(error, XError) else type(error).__name__
+    actor = ctx.actor
+    record = AuditRecord(
+        outcome=outcome,
+        primitive="action",
+        surface="job",
+        name=ctx.name,
+        input={"subject": subject.name, "run": ctx.run_id},
+        idempotency_key=f"{ctx.name}:{ctx.run_id}{suffix}",
+        at=ctx.clock.now(),
+        tenant_id=ctx.tenant_id,
+        actor=actor.id if actor is not None else None,
+        error_code=code,
+    )
+    if error is None:
+        await sink.write(record)
+        return
+    try:
+        await sink.write(record)
+    except Exception as refused:  # the erase's own failure is what the operator needs first
+        error.add_note(f"the audit sink refused the failed record too: {refused!r}")
 
 
 def subject_erase(
@@ -60,79 +161,29 @@ def subject_erase(
         return f"subject_erase:{name}:{to_json_form(subject.key(i))}"
 
     async def run(i: Any, step: Step, ctx: JobContext) -> dict[str, Any]:
-        plan = subject.plan()  # every refusal before any row is touched
-        person = to_json_form(subject.key(i))
-        if person is None or person == "":
-            raise XError(
-                "X_INVARIANT",
-                f"subject_erase({name!r}): key(input) answered no key",
-                fix="key=lambda i: i.member_id",
-            )
-        root = plan.subject
-        keys: dict[str, list[Any]] = {root: [person]}
-        written = [s for s in plan.steps if s.table != root]
-        # top-down: a deleted table's keys, read per page of its parents' keys
-        for s in reversed(written):
-            if s.treatment != "delete":
-                continue
-            ent = db.entities[s.table]
-            [pk] = ent.primary_key if len(ent.primary_key) == 1 else [None]
-            found: list[Any] = []
-            for link in s.via:
-                for n, page in enumerate(_pages(keys.get(link.parent, []), page_size)):
-
-                    async def read(
-                        signal: Signal, table: str = s.table, column: str = link.column,
-                        page: list[Any] = page, pk: Any = pk,
-                    ) -> list[Any]:  # fmt: skip
-                        if pk is None:
-                            return []  # a composite key: no table can reference its rows
-                        rows = await db.table(table).where().and_where(column, "in", page).all()
-                        return [to_json_form(r[pk]) for r in rows]
-
-                    got = await step.run(f"subject:keys:{s.table}.{link.column}:{n:05d}", read)
-                    found += cast("list[Any]", got)
-            keys[s.table] = list(dict.fromkeys(found))
-
-        report: list[dict[str, Any]] = []
-        for s in plan.steps:
-            treatment = s.treatment
-            total = 0
-            if not isinstance(treatment, Retain):
-                links = s.via if s.table != root else ()
-                targets: list[tuple[str, list[list[Any]], str]] = [
-                    (link.column, _pages(keys.get(link.parent, []), page_size), link.column)
-                    for link in links
-                ]
-                if s.table == root:
-                    [pk] = db.entities[root].primary_key
-                    targets = [(pk, [[person]], "")]
-                for column, pages, label in targets:
-                    for n, page in enumerate(pages):
-
-                        async def write(
-                            signal: Signal, table: str = s.table, column: str = column,
-                            page: list[Any] = page, treatment: Any = treatment,
-                        ) -> int:  # fmt: skip
-                            handle = db.table(table)
-                            changed = 0
-                            for k in page:  # every write an equality on one key
-                                q = handle.where(**{column: k})
-                                if isinstance(treatment, Anonymize):
-                                    changed += await q.update(**treatment.values)
-                                else:
-                                    changed += await q.delete()
-                            return changed
-
-                        where = f"{s.table}.{label}:{n:05d}" if label else s.table
-                        total += cast("int", await step.run(f"subject:erase:{where}", write))
-            report.append({"table": s.table, "rows": total, "treatment": s.treatment_name})
+        sink = installed_adapter(AUDIT_SINK)
+        try:
+            plan = subject.plan()  # every refusal before any row is touched
+            person = to_json_form(subject.key(i))
+            if person is None or person == "":
+                raise XError(
+                    "X_INVARIANT",
+                    f"subject_erase({name!r}): key(input) answered no key",
+                    fix="key=lambda i: i.member_id",
+                )
+            report = await erase_person(step, plan, db, person, page_size)
+        except Exception as exc:
+            if sink is not None:
+                await _audit(sink, "failed", ctx, subject, f":failed:{ctx.attempt}", exc)
+            raise
+        if sink is not None:  # at least once: a replayed run writes it again, the sink dedupes
+            await _audit(sink, "allowed", ctx, subject, "", None)
         return {"tables": report}
 
     options: dict[str, Any] = {}
     if queue is not None:
         options["queue"] = queue
-    return job(
+    made = job(
         name=name,
         input=input,
         idempotency_key=idempotency_key,
@@ -142,6 +193,8 @@ def subject_erase(
         run=run,
         **options,
     )
+    mark_subject_job(made, subject)
+    return made
 
 
-__all__ = ["subject_erase"]
+__all__ = ["erase_person", "subject_erase"]

@@ -20,17 +20,14 @@ from ultimat3.core import Duration, Signal, XError, to_json_form
 from ultimat3.jobs import Job, JobContext, Retry, Step, job
 from ultimat3.jobs.factories.backfill import MAX_PAGE_SIZE
 from ultimat3.jobs.factories.entity_extra import answer, need_entity
-from ultimat3.jobs.factories.subject import Retain, Subject, SubjectPlan
+from ultimat3.jobs.factories.subject import Retain, Subject, mark_subject_job
+from ultimat3.jobs.factories.subject_keys import collect_keys, pages
 
 FORMULA_PREFIXES = ("=", "+", "-", "@")
 
 
 def _invalid(name: object, message: str, fix: str) -> XError:
     return XError("X_JOB_DECLARATION_INVALID", f"subject_export({name!r}): {message}", fix=fix)
-
-
-def _pages(keys: Sequence[Any], size: int) -> list[list[Any]]:
-    return [list(keys[i : i + size]) for i in range(0, len(keys), size)]
 
 
 def _encode(rows: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
@@ -49,36 +46,6 @@ def _encode(rows: Sequence[Mapping[str, Any]], fmt: str) -> bytes:
             cells.append("'" + text if text.startswith(FORMULA_PREFIXES) else text)
         writer.writerow(cells)
     return out.getvalue().encode()
-
-
-async def collect_keys(
-    step: Step, plan: SubjectPlan, db: Any, person: Any, page_size: int, label: str
-) -> dict[str, list[Any]]:
-    """The keys of every deleted table of ``plan``, read top-down, one step per page of parent
-    keys (``<label>:keys:<table>.<column>:NNNNN``)."""
-    keys: dict[str, list[Any]] = {plan.subject: [person]}
-    for s in reversed([s for s in plan.steps if s.table != plan.subject]):
-        if s.treatment != "delete":
-            continue
-        ent = db.entities[s.table]
-        pk = ent.primary_key[0] if len(ent.primary_key) == 1 else None
-        found: list[Any] = []
-        for link in s.via:
-            for n, page in enumerate(_pages(keys.get(link.parent, []), page_size)):
-
-                async def read(
-                    signal: Signal, table: str = s.table, column: str = link.column,
-                    page: list[Any] = page, pk: Any = pk,
-                ) -> list[Any]:  # fmt: skip
-                    if pk is None:
-                        return []
-                    rows = await db.table(table).where().and_where(column, "in", page).all()
-                    return [to_json_form(r[pk]) for r in rows]
-
-                got = await step.run(f"{label}:keys:{s.table}.{link.column}:{n:05d}", read)
-                found += cast("list[Any]", got)
-        keys[s.table] = list(dict.fromkeys(found))
-    return keys
 
 
 def subject_export(
@@ -136,11 +103,13 @@ def subject_export(
             ent = db.entities[s.table]
             if s.table == root:
                 targets = [(ent.primary_key[0], [[person]])]
+            elif plan.clears(s.table):  # a loop's table: its rows by their own keys, once each
+                targets = [(ent.primary_key[0], pages(keys.get(s.table, []), page_size))]
             else:
-                targets = [(lk.column, _pages(keys.get(lk.parent, []), page_size)) for lk in s.via]
+                targets = [(lk.column, pages(keys.get(lk.parent, []), page_size)) for lk in s.via]
             part = total = 0
-            for column, pages in targets:
-                for page in pages:
+            for column, column_pages in targets:
+                for page in column_pages:
 
                     async def export(
                         signal: Signal, table: str = s.table, column: str = column,
@@ -175,7 +144,7 @@ def subject_export(
     options: dict[str, Any] = {}
     if queue is not None:
         options["queue"] = queue
-    return job(
+    made = job(
         name=name,
         input=input,
         idempotency_key=idempotency_key,
@@ -185,6 +154,8 @@ def subject_export(
         run=run,
         **options,
     )
+    mark_subject_job(made, subject)
+    return made
 
 
 __all__ = ["FORMULA_PREFIXES", "collect_keys", "subject_export"]
