@@ -24,6 +24,7 @@ from operator import attrgetter
 from typing import Any, Final, cast
 
 from psycopg import errors as pg_errors
+from pydantic_core import to_json
 
 from ultimat3.core import XError, is_lowercase_uuid, log_event
 from ultimat3.jobs.adapter import (
@@ -286,6 +287,9 @@ class Enqueuer:
         self._probing: dict[str, tuple[float, float]] = {}  # job name -> (until, hold), monotonic
         self._owed: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle]] = {}
         self._trailing: set[asyncio.Task[None]] = set()
+        self._blind_order: tuple[str, ...] | None = None
+        # the blind single INSERT's positional parameters (`_blind_send`): the driver's own pool
+        self._lean = db is not None and db.owns_pool
 
     def wake_due(self, queue: str) -> bool:
         """Whether this enqueue should carry the queue's notification (one per window)."""
@@ -423,8 +427,67 @@ class Enqueuer:
         enqueue reads the row that won in a second. On the pool, a job whose enqueues met no
         held key lately is inserted blind (``enqueue_blind``); a unique violation sends it
         through ``enqueue`` (ON CONFLICT), as every enqueue of that job for a hold."""
+        if conn is None and self._lean and (not self._probing or self.blind({request.name})):
+            # the common case: on the pool, no job met a held key lately: the blind INSERT, its
+            # parameters written straight from the request in the statement's order
+            send = self._blind_send(request)
+            if send is not None:
+                notify = self.wake_due(request.queue)
+                values, at = send
+                values[at] = "t" if notify else "f"
+                try:
+                    row = await self._db.fetchone(
+                        "enqueue_blind", tuple(values), what=f"enqueue of job {request.id}"
+                    )
+                except pg_errors.UniqueViolation:
+                    self.met_live({request.name}, again=True)
+                    return await self._enqueue_checked(request, conn, notify)
+                assert row is not None  # a plain INSERT ... RETURNING answers its row
+                if not notify:
+                    self.owe(request.queue)  # committed (autocommit) without its notification
+                return EnqueueResult(row[0], row[1], False)
+        return await self._enqueue_checked(
+            request, conn, conn is not None or self.wake_due(request.queue)
+        )
+
+    def _blind_send(self, req: EnqueueRequest) -> tuple[list[str | None], int] | None:
+        """The parameters of `enqueue_blind` as text in its placeholders' order (and where the
+        notify goes), straight from a request that passes the checks' fast path with a plain
+        payload; ``None`` sends it through ``params`` (the checks that name what is wrong)."""
+        if not _plainly_valid(req):
+            return None
+        payload = req.payload
+        if not is_plain_json(payload):
+            return None
+        text = to_json(payload).decode()
+        if "\\u0000" in text:
+            return None
+        order = self._blind_order
+        if order is None:
+            order = self._blind_order = self._db.lean_order("enqueue_blind")
+        run_at, delay = req.run_at_ms, req.delay_ms
+        fields: dict[str, str | None] = {
+            "id": req.id,
+            "run_id": req.run_id,
+            "name": req.name,
+            "queue": req.queue,
+            "payload": text,
+            "idempotency_key": req.idempotency_key,
+            "tenant_id": req.tenant_id,
+            "concurrency_key": req.concurrency_key,
+            "max_attempts": str(req.max_attempts),
+            "run_at_ms": None if run_at is None else str(run_at),
+            "delay_ms": None if delay is None else str(delay),
+            "trace_context": _trace_text(req.trace_context),
+            "notify": None,
+        }
+        return [fields[k] for k in order], order.index("notify")
+
+    async def _enqueue_checked(
+        self, request: EnqueueRequest, conn: Conn | None, notify: bool
+    ) -> EnqueueResult:
         params = self.params(request)
-        notify = params["notify"] = conn is not None or self.wake_due(request.queue)
+        params["notify"] = notify
         what = f"enqueue of job {request.id}"
         names = {request.name}
         if conn is None and self.blind(names):
