@@ -20,6 +20,7 @@ _last = 0  # (ms << 74) | tail of the last id
 _VERSION_BITS = 0x7 << 76
 _VARIANT_BITS = 0b10 << 62
 _RAND_B_MASK = (1 << 62) - 1
+_ONE_MORE = (1).__add__  # s -> 1 + s, in C (new_ids maps it over its steps)
 
 
 def _compose(ms: int, tail: int) -> str:
@@ -70,14 +71,14 @@ def new_ids(n: int) -> list[str]:
         # the first 16 hex digits are the same for every id and only the last 16 are written
         # per id (from one struct.pack); else every value is composed whole.
         rand_b = first & _RAND_B_MASK
-        lows = list(accumulate((1 + s for s in steps[1:]), initial=_VARIANT_BITS | rand_b))
+        lows = list(accumulate(map(_ONE_MORE, steps[1:]), initial=_VARIANT_BITS | rand_b))
         if lows[-1] >> 62 == 0b10:
             _last = first - rand_b + (lows[-1] & _RAND_B_MASK)
             head = f"{first >> _TAIL_BITS:012x}7{first >> 62 & 0xFFF:03x}"  # ms, version, rand_a
             head = f"{head[:8]}-{head[8:12]}-{head[12:16]}-"
             wide = struct.pack(f">{n}Q", *lows).hex()
             return [f"{head}{wide[o : o + 4]}-{wide[o + 4 : o + 16]}" for o in range(0, 16 * n, 16)]
-        values = list(accumulate((1 + s for s in steps[1:]), initial=first))
+        values = list(accumulate(map(_ONE_MORE, steps[1:]), initial=first))
         _last = values[-1]
     wide = b"".join(
         [

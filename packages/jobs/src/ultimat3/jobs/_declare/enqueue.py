@@ -34,7 +34,7 @@ from ultimat3.core import (
     require_lowercase_uuid,
     to_epoch_ms,
 )
-from ultimat3.jobs._declare.input_guard import checked_key
+from ultimat3.jobs._declare.input_guard import checked_key, keys_pass
 from ultimat3.jobs._declare.policy import attempts_for
 from ultimat3.jobs._telemetry.spans import enqueue_span
 from ultimat3.jobs._telemetry.trace_context import enqueue_trace_context
@@ -306,10 +306,11 @@ def _fast_requests(
     try:
         key_of = job._key
         keys = [key_of(p) for p in parsed]
-        if not all(type(k) is str and k for k in keys):
-            return None
-        for k in keys:
-            checked_key(job.name, k)
+        if not keys_pass(keys):  # else one by one: a key that is not a str, or too long ...
+            if not all(type(k) is str and k for k in keys):
+                return None
+            for k in keys:
+                checked_key(job.name, k)
         if job.tenant == "none":  # the row's tenant does not depend on the input
             tenant = _tenant(job, None, tenant_id=tenant_id, as_actor=as_actor, where="")
             tenants: list[str | None] = [tenant] * len(parsed)
