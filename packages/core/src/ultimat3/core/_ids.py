@@ -60,6 +60,8 @@ def new_ids(n: int) -> list[str]:
     global _last
     if n <= 0:
         return []
+    if n == 2:
+        return _two()
     raw = os.urandom(10 + 4 * n)
     ms = time.time_ns() // 1_000_000
     steps = struct.unpack(f"<{n}I", raw[10:])
@@ -96,6 +98,42 @@ def new_ids(n: int) -> list[str]:
         f"{wide[o : o + 8]}-{wide[o + 8 : o + 12]}-{wide[o + 12 : o + 16]}-"
         f"{wide[o + 16 : o + 20]}-{wide[o + 20 : o + 32]}"
         for o in range(0, 32 * n, 32)
+    ]
+
+
+_HEX32 = "{:032x}".format
+
+
+def _two() -> list[str]:
+    """``new_ids(2)`` (a job's id and its run id, every single enqueue): one clock read, one
+    ``os.urandom`` and one lock for both, and no loop."""
+    global _last
+    raw = os.urandom(18)  # as new_ids lays it out: the tail, then two little-endian steps
+    ms = time.time_ns() // 1_000_000
+    tail = int.from_bytes(raw[:10], "big") & _TAIL_MASK
+    with _lock:
+        first = (ms << _TAIL_BITS) | tail
+        if first <= _last:
+            first = _last + 1 + int.from_bytes(raw[10:14], "little")
+        second = first + 1 + int.from_bytes(raw[14:], "little")
+        _last = second
+    a = _HEX32(
+        (first >> _TAIL_BITS << 80)
+        | _VERSION_BITS
+        | ((first >> 62 & 0xFFF) << 64)
+        | _VARIANT_BITS
+        | (first & _RAND_B_MASK)
+    )
+    b = _HEX32(
+        (second >> _TAIL_BITS << 80)
+        | _VERSION_BITS
+        | ((second >> 62 & 0xFFF) << 64)
+        | _VARIANT_BITS
+        | (second & _RAND_B_MASK)
+    )
+    return [
+        f"{a[:8]}-{a[8:12]}-{a[12:16]}-{a[16:20]}-{a[20:]}",
+        f"{b[:8]}-{b[8:12]}-{b[12:16]}-{b[16:20]}-{b[20:]}",
     ]
 
 

@@ -226,9 +226,13 @@ def _request(
             exc.code, exc.message + where, fix=exc.fix, meta={**exc.meta, "index": index}
         ) from exc
     tenant = _tenant(job, parsed, tenant_id=tenant_id, as_actor=as_actor, where=where)
+    if run_id is None:
+        id_, run_id = new_ids(2)  # one clock read and one urandom for both
+    else:
+        id_ = new_id()
     return EnqueueRequest(
-        id=new_id(),
-        run_id=run_id if run_id is not None else new_id(),
+        id=id_,
+        run_id=run_id,
         name=job.name,
         queue=job.queue,
         payload=job.payload_of(parsed, where=where),
