@@ -221,7 +221,10 @@ def _write_chunk(
     ``_COLUMNS`` order, one array literal each in input order (joined in C, parsed by the
     server's array input), and the payloads as ONE json array: one json.dumps here, one parse on
     the server. ``names`` (id, job name) per row name a payload that holds a NUL."""
-    payloads = to_json(forms if type(forms) is list else list(forms)).decode()  # compact, in Rust
+    try:
+        payloads = to_json(forms if type(forms) is list else list(forms)).decode()  # in Rust
+    except ValueError:  # a lone surrogate: the text Postgres refuses, naming the statement
+        payloads = json.dumps(list(forms), separators=(",", ":"), ensure_ascii=False)
     if "\\u0000" in payloads:  # rare: find the payload holding a NUL, if any, and name it
         for (id, name), form in zip(names, forms, strict=True):
             json_text(form, what=f"the payload of job {id} ({name})")
@@ -498,7 +501,10 @@ class Enqueuer:
         payload = req.payload
         if not is_plain_json(payload):
             return None
-        text = to_json(payload).decode()
+        try:
+            text = to_json(payload).decode()
+        except ValueError:  # a lone surrogate: the checks name it
+            return None
         if "\\u0000" in text:
             return None
         order = self._blind_order
