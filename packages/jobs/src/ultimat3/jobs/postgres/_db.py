@@ -238,19 +238,19 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         fileno = pgconn.socket
         while pgconn.flush():  # a large parameter the socket took only part of
             await _writable(loop, fileno)
-        done, first = _lean_collect(pgconn, None)
-        if not done:
-            if self._lean_loop is not loop or self._lean_fd != fileno:
-                self._lean_unwatch()
-                loop.add_reader(fileno, self._lean_readable)
-                self._lean_loop, self._lean_fd = loop, fileno
-            self._lean_first = first
-            waiter = self._lean_waiter = loop.create_future()
-            try:
-                await waiter  # the reader collects the results (``_lean_readable``)
-            finally:
-                self._lean_waiter = None
-                first, self._lean_first = self._lean_first, None
+        # No read before the first wait: the answer needs the server's packets after this
+        # send, and the watch is level-triggered (one recv syscall fewer a statement).
+        if self._lean_loop is not loop or self._lean_fd != fileno:
+            self._lean_unwatch()
+            loop.add_reader(fileno, self._lean_readable)
+            self._lean_loop, self._lean_fd = loop, fileno
+        self._lean_first = None
+        waiter = self._lean_waiter = loop.create_future()
+        try:
+            await waiter  # the reader collects the results (``_lean_readable``)
+        finally:
+            self._lean_waiter = None
+            first, self._lean_first = self._lean_first, None
         if first is None:
             raise psycopg.InterfaceError("the server answered the statement with no result")
         if first.status == pq.ExecStatus.FATAL_ERROR:
