@@ -8,6 +8,12 @@ here is what to read.
     .x/bench-venv/bin/python tooling/bench/pg_enqueue_pair.py                 # single enqueue
     .x/bench-venv/bin/python tooling/bench/pg_enqueue_pair.py --bulk          # enqueue_many(1,000)
     .x/bench-venv/bin/python tooling/bench/pg_enqueue_pair.py --peer oban --blocks 30
+    .x/bench-venv/bin/python tooling/bench/pg_enqueue_pair.py --rows 10000 --blocks 6  # #16 bulk
+
+``--rows N``: a block is N rows through each system's bulk API, ours in ONE ``enqueue_many`` of
+N (which the driver sends in chunks of ``ENQUEUE_CHUNK``, 1,000), the peer in calls of
+``--peer-chunk`` rows (default 1,000: PGQueuer's bulk in chunks of 1,000; ``--peer-chunk N``
+gives it the N rows in one call).
 
 A block is ``--block`` awaited single enqueues (default 1,000: the issue's measure (a), 1,000
 single enqueues in a row) or, with ``--bulk``, 3 calls of 1,000. Shorter blocks read differently,
@@ -37,7 +43,7 @@ BULK = 1000
 BULK_CALLS = 3
 
 
-async def child(system_name: str, dsn: str, block: int, bulk: bool) -> None:
+async def child(system_name: str, dsn: str, block: int, bulk: bool, rows: int, chunk: int) -> None:
     from bench_systems import SYSTEMS
 
     system = SYSTEMS[system_name]()
@@ -47,6 +53,12 @@ async def child(system_name: str, dsn: str, block: int, bulk: bool) -> None:
 
     async def step() -> int:
         nonlocal n
+        if rows:
+            size = rows if system_name == "ultimat3" else chunk
+            for start in range(n, n + rows, size):
+                await system.enqueue_bulk(list(range(start, min(start + size, n + rows))))
+            n += rows
+            return rows
         if bulk:
             for _ in range(BULK_CALLS):
                 await system.enqueue_bulk(list(range(n, n + BULK)))
@@ -78,6 +90,8 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=20, help="blocks per side")
     parser.add_argument("--block", type=int, default=1000, help="single enqueues per block")
     parser.add_argument("--bulk", action="store_true", help="enqueue_many(1,000) x3 a block")
+    parser.add_argument("--rows", type=int, default=0, help="rows per block, bulk APIs")
+    parser.add_argument("--peer-chunk", type=int, default=1000, help="the peer's rows a call")
     parser.add_argument("--ours-ref", default="HEAD")
     parser.add_argument(
         "--dsn",
@@ -87,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     if args.child:
-        asyncio.run(child(args.child, args.dsn, args.block, args.bulk))
+        asyncio.run(child(args.child, args.dsn, args.block, args.bulk, args.rows, args.peer_chunk))
         return
     from bench_db import db_name, drop_db, fresh_db, snapshot_ours
 
@@ -101,6 +115,7 @@ def main() -> None:
             dsn = asyncio.run(fresh_db(args.dsn, names[side]))
             command = [sys.executable, __file__, "--child", side, "--dsn", dsn]
             command += ["--block", str(args.block)] + (["--bulk"] if args.bulk else [])
+            command += ["--rows", str(args.rows), "--peer-chunk", str(args.peer_chunk)]
             proc = subprocess.Popen(
                 command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
             )
@@ -111,6 +126,11 @@ def main() -> None:
         rates: dict[str, list[float]] = {side: [] for side in sides}
         cpus: dict[str, list[float]] = {side: [] for side in sides}
         what = "enqueue_many(1,000)" if args.bulk else "single enqueue"
+        if args.rows:
+            what = (
+                f"{args.rows:,} rows: ours one enqueue_many, {args.peer} in calls of "
+                f"{args.peer_chunk:,}"
+            )
         print(f"{what}: ours ({head}) against {args.peer}, {args.blocks} blocks each, ABBA")
         for pair in range(args.blocks):
             order = sides if pair % 2 == 0 else sides[::-1]

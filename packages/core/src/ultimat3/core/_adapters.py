@@ -31,7 +31,7 @@ _registry: dict[Port[object], object] = {}
 def _key(port: Port[T]) -> Port[object]:
     if not isinstance(port, Port):
         raise XError("X_INVARIANT", f"{port!r} is not a Port", fix="declare Port('name', fix=...)")
-    return cast(Port[object], port)
+    return cast("Port[object]", port)  # a string: no Port[object] built per call
 
 
 def install_adapter(port: Port[T], impl: T) -> None:

@@ -20,6 +20,7 @@ _last = 0  # (ms << 74) | tail of the last id
 _VERSION_BITS = 0x7 << 76
 _VARIANT_BITS = 0b10 << 62
 _RAND_B_MASK = (1 << 62) - 1
+_ONE_MORE = (1).__add__  # s -> 1 + s, in C (new_ids maps it over its steps)
 
 
 def _compose(ms: int, tail: int) -> str:
@@ -59,6 +60,8 @@ def new_ids(n: int) -> list[str]:
     global _last
     if n <= 0:
         return []
+    if n == 2:
+        return _two()
     raw = os.urandom(10 + 4 * n)
     ms = time.time_ns() // 1_000_000
     steps = struct.unpack(f"<{n}I", raw[10:])
@@ -70,14 +73,14 @@ def new_ids(n: int) -> list[str]:
         # the first 16 hex digits are the same for every id and only the last 16 are written
         # per id (from one struct.pack); else every value is composed whole.
         rand_b = first & _RAND_B_MASK
-        lows = list(accumulate((1 + s for s in steps[1:]), initial=_VARIANT_BITS | rand_b))
+        lows = list(accumulate(map(_ONE_MORE, steps[1:]), initial=_VARIANT_BITS | rand_b))
         if lows[-1] >> 62 == 0b10:
             _last = first - rand_b + (lows[-1] & _RAND_B_MASK)
             head = f"{first >> _TAIL_BITS:012x}7{first >> 62 & 0xFFF:03x}"  # ms, version, rand_a
             head = f"{head[:8]}-{head[8:12]}-{head[12:16]}-"
             wide = struct.pack(f">{n}Q", *lows).hex()
             return [f"{head}{wide[o : o + 4]}-{wide[o + 4 : o + 16]}" for o in range(0, 16 * n, 16)]
-        values = list(accumulate((1 + s for s in steps[1:]), initial=first))
+        values = list(accumulate(map(_ONE_MORE, steps[1:]), initial=first))
         _last = values[-1]
     wide = b"".join(
         [
@@ -95,6 +98,42 @@ def new_ids(n: int) -> list[str]:
         f"{wide[o : o + 8]}-{wide[o + 8 : o + 12]}-{wide[o + 12 : o + 16]}-"
         f"{wide[o + 16 : o + 20]}-{wide[o + 20 : o + 32]}"
         for o in range(0, 32 * n, 32)
+    ]
+
+
+_HEX32 = "{:032x}".format
+
+
+def _two() -> list[str]:
+    """``new_ids(2)`` (a job's id and its run id, every single enqueue): one clock read, one
+    ``os.urandom`` and one lock for both, and no loop."""
+    global _last
+    raw = os.urandom(18)  # as new_ids lays it out: the tail, then two little-endian steps
+    ms = time.time_ns() // 1_000_000
+    tail = int.from_bytes(raw[:10], "big") & _TAIL_MASK
+    with _lock:
+        first = (ms << _TAIL_BITS) | tail
+        if first <= _last:
+            first = _last + 1 + int.from_bytes(raw[10:14], "little")
+        second = first + 1 + int.from_bytes(raw[14:], "little")
+        _last = second
+    a = _HEX32(
+        (first >> _TAIL_BITS << 80)
+        | _VERSION_BITS
+        | ((first >> 62 & 0xFFF) << 64)
+        | _VARIANT_BITS
+        | (first & _RAND_B_MASK)
+    )
+    b = _HEX32(
+        (second >> _TAIL_BITS << 80)
+        | _VERSION_BITS
+        | ((second >> 62 & 0xFFF) << 64)
+        | _VARIANT_BITS
+        | (second & _RAND_B_MASK)
+    )
+    return [
+        f"{a[:8]}-{a[8:12]}-{a[12:16]}-{a[16:20]}-{a[20:]}",
+        f"{b[:8]}-{b[8:12]}-{b[12:16]}-{b[16:20]}-{b[20:]}",
     ]
 
 

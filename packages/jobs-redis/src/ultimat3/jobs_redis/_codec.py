@@ -88,9 +88,23 @@ def thaw(value: object) -> Any:
     return None if value is None else json.loads(text(value))
 
 
+_LIVE_HEADS: dict[tuple[str, str | None], str] = {}
+_quote = json.encoder.encode_basestring  # what compact_json writes a str as
+
+
 def live_key(name: str, tenant_id: str | None, idempotency_key: str) -> str:
-    """The live key as one string: ``None`` and ``""`` tenants stay distinct."""
-    return compact_json([name, tenant_id, idempotency_key])
+    """The live key as one string: ``None`` and ``""`` tenants stay distinct. It is
+    ``compact_json([name, tenant_id, idempotency_key])``, the ``[name,tenant,`` head written
+    once per job and tenant (each enqueue quotes its key alone)."""
+    if type(idempotency_key) is not str:
+        return compact_json([name, tenant_id, idempotency_key])
+    head = _LIVE_HEADS.get((name, tenant_id))
+    if head is None:
+        head = compact_json([name, tenant_id])[:-1] + ","
+        if len(_LIVE_HEADS) > 10_000:
+            _LIVE_HEADS.clear()
+        _LIVE_HEADS[(name, tenant_id)] = head
+    return head + _quote(idempotency_key) + "]"
 
 
 def pairs(flat: Sequence[Any]) -> dict[str, Any]:

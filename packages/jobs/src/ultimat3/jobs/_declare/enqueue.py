@@ -34,7 +34,7 @@ from ultimat3.core import (
     require_lowercase_uuid,
     to_epoch_ms,
 )
-from ultimat3.jobs._declare.input_guard import checked_key
+from ultimat3.jobs._declare.input_guard import checked_key, keys_pass
 from ultimat3.jobs._declare.policy import attempts_for
 from ultimat3.jobs._telemetry.spans import enqueue_span
 from ultimat3.jobs._telemetry.trace_context import enqueue_trace_context
@@ -226,9 +226,13 @@ def _request(
             exc.code, exc.message + where, fix=exc.fix, meta={**exc.meta, "index": index}
         ) from exc
     tenant = _tenant(job, parsed, tenant_id=tenant_id, as_actor=as_actor, where=where)
+    if run_id is None:
+        id_, run_id = new_ids(2)  # one clock read and one urandom for both
+    else:
+        id_ = new_id()
     return EnqueueRequest(
-        id=new_id(),
-        run_id=run_id if run_id is not None else new_id(),
+        id=id_,
+        run_id=run_id,
         name=job.name,
         queue=job.queue,
         payload=job.payload_of(parsed, where=where),
@@ -306,10 +310,11 @@ def _fast_requests(
     try:
         key_of = job._key
         keys = [key_of(p) for p in parsed]
-        if not all(type(k) is str and k for k in keys):
-            return None
-        for k in keys:
-            checked_key(job.name, k)
+        if not keys_pass(keys):  # else one by one: a key that is not a str, or too long ...
+            if not all(type(k) is str and k for k in keys):
+                return None
+            for k in keys:
+                checked_key(job.name, k)
         if job.tenant == "none":  # the row's tenant does not depend on the input
             tenant = _tenant(job, None, tenant_id=tenant_id, as_actor=as_actor, where="")
             tenants: list[str | None] = [tenant] * len(parsed)

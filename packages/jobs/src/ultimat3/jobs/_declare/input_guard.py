@@ -15,7 +15,8 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -271,6 +272,65 @@ def checked_payload(
         if exact > max_bytes:
             raise _too_big(job, where, exact, max_bytes)
     return form
+
+
+_FLAT_LEAVES = frozenset({str, int, float, bool})
+
+
+def flat_forms_pass(forms: Sequence[Any], *, max_bytes: int) -> bool:
+    """Whether every form of a batch passes ``checked_payload``, settled over the whole batch in
+    a few C-level passes rather than one walk per input: each form a dict of str keys to str /
+    int / finite float / bool (the common flat input), no NUL or lone surrogate in any text, no
+    int or float past what the walk allows, and the batch's whole estimated size within the cap
+    of ONE input. ``False`` decides nothing: each form then takes ``checked_payload``, whose
+    refusal names its input. (A ``None`` value takes the walk too: pydantic writes a NaN in an
+    ``Any`` field as ``null``.)"""
+    if not forms or set(map(type, forms)) != {dict}:
+        return False
+    keys = list(chain.from_iterable(forms))
+    values = list(chain.from_iterable(map(dict.values, forms)))
+    kinds = set(map(type, values))
+    if not kinds <= _FLAT_LEAVES or not set(map(type, keys)) <= {str}:
+        return False
+    texts = keys + [v for v in values if type(v) is str] if str in kinds else keys
+    joined = "".join(texts)
+    if "\x00" in joined:
+        return False
+    if joined.isascii():
+        size = len(joined)
+    else:
+        try:
+            size = len(joined.encode("utf-8"))
+        except UnicodeEncodeError:
+            return False
+    if int in kinds:
+        ints = [v for v in values if type(v) is int]
+        if not (min(ints) > -(10**18) and max(ints) < 10**18):
+            return False
+    if float in kinds:
+        floats = [v for v in values if type(v) is float]
+        if not all(map(math.isfinite, floats)) or max(map(abs, floats)) >= MAX_EXACT_FLOAT:
+            return False
+    # the walk's estimate, summed over the batch (str +2, key +4, a number 24 at most, a bool
+    # 5): within one input's cap / 6 for the whole batch, every input is within its own
+    size += 2 * len(texts) + 2 * len(keys) + 24 * len(values)
+    return size * 6 <= max_bytes
+
+
+def keys_pass(keys: Sequence[object]) -> bool:
+    """Whether every key of a batch is what ``checked_key`` passes (a non-empty ASCII str of at
+    most ``MAX_IDEMPOTENCY_KEY`` characters without NUL), in a few C-level passes; ``False``
+    decides nothing (each key then takes ``checked_key``, whose refusal names it)."""
+    if not keys or set(map(type, keys)) != {str}:
+        return False
+    texts: Sequence[str] = keys  # type: ignore[assignment]
+    joined = "\x00".join(texts)
+    return (
+        joined.isascii()
+        and joined.count("\x00") == len(texts) - 1
+        and "" not in texts
+        and max(map(len, texts)) <= MAX_IDEMPOTENCY_KEY
+    )
 
 
 MAX_IDEMPOTENCY_KEY = 512

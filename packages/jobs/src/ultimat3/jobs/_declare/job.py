@@ -31,6 +31,7 @@ from ultimat3.jobs._declare.input_guard import (
     MAX_INPUT_BYTES,
     MAX_INPUT_BYTES_CEILING,
     checked_payload,
+    flat_forms_pass,
 )
 from ultimat3.jobs._declare.policy import MAX_CONCURRENCY_KEY, Concurrency, Retry, WhenBusy
 from ultimat3.jobs._declare.result import job_result
@@ -150,6 +151,8 @@ class Job(Generic[I, R]):
         """``[payload_of(v) for v in values]`` in one serialisation (each form checked as
         ``payload_of`` checks it; a refusal names the input's index)."""
         out: list[Any] = self._many().dump_python(values, mode="json")
+        if flat_forms_pass(out, max_bytes=self.max_input_bytes):
+            return out  # every form passes the guard, settled over the batch at once
         for i, (value, form) in enumerate(zip(values, out, strict=True)):
             checked_payload(
                 self.name,

@@ -35,6 +35,7 @@ MESSAGING_SYSTEM: Final = "ultimat3"
 FAILED_OUTCOMES: Final = frozenset({"retry", "dead", "failed", "lost", "abandoned"})
 """Outcomes whose run span ends with status ERROR (a suspend or a release is not a failure)."""
 _ROOT: Final = otel_context.Context()
+_INVALID_SPAN: Final = otel_trace.INVALID_SPAN
 
 
 def run_span(spans: otel_trace.Tracer, claimed: ClaimedJob) -> AbstractContextManager[Any]:
@@ -177,6 +178,8 @@ def enqueue_span(name: str, queue: str, count: int) -> EnqueueSpan:
     sampled-out parent) it carries that span's context; under a recording one it opens the
     PRODUCER span when entered."""
     current = otel_trace.get_current_span()
+    if current is _INVALID_SPAN:  # no span at all (the common case): nothing else to ask
+        return _NO_TRACE
     if current.is_recording():
         return EnqueueSpan(name, queue, count)
     if not current.get_span_context().is_valid:

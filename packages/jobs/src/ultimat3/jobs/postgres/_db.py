@@ -31,6 +31,8 @@ Cursor: TypeAlias = psycopg.AsyncCursor[Any]
 Pool: TypeAlias = AsyncConnectionPool[Any]
 Row: TypeAlias = tuple[Any, ...]
 Params: TypeAlias = Mapping[str, Any]
+LeanParams: TypeAlias = Mapping[str, Any] | tuple[str | None, ...]
+"""A ``LEAN`` statement's parameters: by name, or as text in its placeholders' order."""
 T = TypeVar("T")
 
 ACTIVE: Final = pq.TransactionStatus.ACTIVE
@@ -140,6 +142,7 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
     _lean_loop: asyncio.AbstractEventLoop | None = None  # the loop watching the socket, if any
     _lean_fd: int = -1
     _lean_waiter: asyncio.Future[None] | None = None
+    _lean_first: Any = None  # the statement's first result, while its answer is read
 
     async def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
         """psycopg's own wait on the socket (every statement, commit or rollback it runs), the
@@ -152,10 +155,23 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         await super().close()
 
     def _lean_readable(self) -> None:
+        """The socket is readable: read what came and, once the statement's answer is whole
+        (libpq idle again), hand its first result to the waiting statement. A partial answer
+        (the server sends a statement's rows before its commit's ReadyForQuery) wakes nobody:
+        one task step per statement, not one per packet."""
         waiter = self._lean_waiter
         if waiter is None:
             self._lean_unwatch()  # nobody reads: leave it in the socket and stop waking
-        elif not waiter.done():
+            return
+        if waiter.done():
+            return
+        try:
+            done, first = _lean_collect(self.pgconn, self._lean_first)
+        except BaseException as exc:  # a lost connection: the statement raises it
+            waiter.set_exception(exc)
+            return
+        self._lean_first = first
+        if done:
             waiter.set_result(None)
 
     def _lean_unwatch(self) -> None:
@@ -172,14 +188,17 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         return cursor
 
     async def lean_fetchone(
-        self, name: str, statement: LeanStatement, params: Params
+        self, name: str, statement: LeanStatement, params: LeanParams
     ) -> tuple[str | None, ...] | None:
         """The first row of ``statement`` run with ``params``, each column as text (or
         ``None``), or ``None`` when it answered no row. Cancelled mid-statement, it asks the
         server to cancel the statement too, as a cursor would; the connection is then left
         mid-statement, and the pool closes it when it comes back."""
         encoding = self.info.encoding
-        values = _text_params(map(params.__getitem__, statement.order), encoding)
+        if isinstance(params, tuple):  # text already, in the placeholders' order (lean_order)
+            values = [None if v is None else v.encode(encoding) for v in params]
+        else:
+            values = _text_params(map(params.__getitem__, statement.order), encoding)
         pgconn = self.pgconn
         try:
             for again in (False, True):
@@ -219,30 +238,38 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
         fileno = pgconn.socket
         while pgconn.flush():  # a large parameter the socket took only part of
             await _writable(loop, fileno)
-        first = None
-        while True:
-            pgconn.consume_input()
-            while pgconn.is_busy():
-                if self._lean_loop is not loop or self._lean_fd != fileno:
-                    self._lean_unwatch()
-                    loop.add_reader(fileno, self._lean_readable)
-                    self._lean_loop, self._lean_fd = loop, fileno
-                waiter = self._lean_waiter = loop.create_future()
-                try:
-                    await waiter
-                finally:
-                    self._lean_waiter = None
-                pgconn.consume_input()
-            result = pgconn.get_result()
-            if result is None:
-                break
-            if first is None:
-                first = result
+        # No read before the first wait: the answer needs the server's packets after this
+        # send, and the watch is level-triggered (one recv syscall fewer a statement).
+        if self._lean_loop is not loop or self._lean_fd != fileno:
+            self._lean_unwatch()
+            loop.add_reader(fileno, self._lean_readable)
+            self._lean_loop, self._lean_fd = loop, fileno
+        self._lean_first = None
+        waiter = self._lean_waiter = loop.create_future()
+        try:
+            await waiter  # the reader collects the results (``_lean_readable``)
+        finally:
+            self._lean_waiter = None
+            first, self._lean_first = self._lean_first, None
         if first is None:
             raise psycopg.InterfaceError("the server answered the statement with no result")
         if first.status == pq.ExecStatus.FATAL_ERROR:
             raise pg_errors.error_from_result(first, encoding=encoding)
         return first
+
+
+def _lean_collect(pgconn: Any, first: Any) -> tuple[bool, Any]:
+    """Read what the socket holds and take every whole result off libpq: ``(done, first)``,
+    ``done`` once the answer is complete (libpq idle), ``first`` the statement's first
+    result. Never blocks."""
+    pgconn.consume_input()
+    while not pgconn.is_busy():
+        result = pgconn.get_result()
+        if result is None:
+            return True, first
+        if first is None:
+            first = result
+    return False, first
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +337,78 @@ async def _writable(loop: asyncio.AbstractEventLoop, fileno: int) -> None:
         await future
     finally:
         loop.remove_writer(fileno)
+
+
+HOT_REUSES: Final = 256
+"""How many statements in a row a connection may serve from ``DriverPool``'s hot slot before it
+goes back through the pool's own return (its lifetime and health checks)."""
+
+
+class DriverPool(AsyncConnectionPool[Any]):
+    """The driver's own pool, with a hot slot: a connection given back is kept out of the pool
+    until the end of the event loop's current step, and a statement asking for one within that
+    step (an app enqueueing in a loop: one statement after another with no wait between) takes
+    it again without the pool's lock, logging and bookkeeping (~15-50 us a statement here,
+    docs/performance.md "#16 enqueue"). At the step's end whatever is still hot goes back
+    through ``putconn``, so no connection sits idle outside the pool across a wait; one that
+    another task is waiting for goes back at once; and every ``HOT_REUSES`` statements the
+    connection takes the pool's own return (its ``max_lifetime`` and health checks)."""
+
+    _hot: list[Any]
+    _hot_uses: int = 0
+    _hot_loop: asyncio.AbstractEventLoop | None = None
+    _cooling: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hot = []
+        self._returns: set[asyncio.Task[None]] = set()
+
+    async def getconn(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 (psycopg_pool's signature)
+        hot = self._hot
+        if hot and not self._closed and self._hot_loop is asyncio.get_running_loop():
+            conn = hot.pop()
+            if not conn.closed and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                return conn
+            await super().putconn(conn)  # broken meanwhile: the pool's return sorts it out
+        return await super().getconn(timeout)
+
+    async def putconn(self, conn: Any) -> None:
+        self._hot_uses += 1
+        loop = asyncio.get_running_loop()
+        if (
+            self._closed
+            or self._waiting
+            or self._hot_uses % HOT_REUSES == 0
+            or conn.closed
+            or conn.pgconn.transaction_status != pq.TransactionStatus.IDLE
+            or (self._hot and self._hot_loop is not loop)
+        ):
+            await super().putconn(conn)
+            return
+        self._hot_loop = loop
+        self._hot.append(conn)
+        if not self._cooling:
+            self._cooling = True
+            loop.call_soon(self._cool)
+
+    def _cool(self) -> None:
+        """The step ended: give back every connection still hot, through the pool's return."""
+        self._cooling = False
+        hot, self._hot = self._hot, []
+        for conn in hot:
+            task = asyncio.ensure_future(super().putconn(conn))
+            self._returns.add(task)
+            task.add_done_callback(self._returns.discard)
+
+    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 (psycopg_pool's signature)
+        hot, self._hot = self._hot, []
+        for conn in hot:
+            with suppress(Exception):
+                await super().putconn(conn)
+        if self._returns:
+            await asyncio.gather(*self._returns, return_exceptions=True)
+        await super().close(timeout)
 
 
 LEAN: Final = frozenset({"enqueue", "enqueue_blind", "enqueue_holder"})
@@ -411,7 +510,7 @@ class Database:
                 kwargs["connect_timeout"] = max(1, int(self._timeout_s))
             if "application_name" not in given_params:
                 kwargs["application_name"] = "ultimat3.jobs"
-            created: Pool = AsyncConnectionPool(
+            created: Pool = DriverPool(
                 self._dsn,
                 connection_class=DriverConnection,
                 kwargs=kwargs,
@@ -463,6 +562,12 @@ class Database:
             async with self.connection() as conn, conn.transaction():
                 yield conn
 
+    def lean_order(self, name: str) -> tuple[str, ...]:
+        """The parameter names of ``LEAN`` statement ``name`` in its placeholders' order: a
+        ``fetchone`` of it on the driver's own pool may pass its parameters as a tuple of text
+        (or ``None``) in that order instead of a mapping."""
+        return self._lean(name).order
+
     def _lean(self, name: str) -> LeanStatement:
         statement = self._lean_statements.get(name)
         if statement is None:
@@ -475,7 +580,7 @@ class Database:
         return await self._run(name, params, conn, what, _all)
 
     async def fetchone(
-        self, name: str, params: Params, *, conn: Conn | None = None, what: str | None = None
+        self, name: str, params: LeanParams, *, conn: Conn | None = None, what: str | None = None
     ) -> Row | None:
         return await self._run(name, params, conn, what, _one)
 
@@ -487,7 +592,7 @@ class Database:
     async def _run(
         self,
         name: str,
-        params: Params,
+        params: LeanParams,
         conn: Conn | None,
         what: str | None,
         read: Callable[[Cursor], Awaitable[T]],
