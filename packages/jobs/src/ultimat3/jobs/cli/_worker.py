@@ -72,6 +72,15 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         "as keys)",
     )
     p.add_argument(
+        "--relay",
+        action="store_true",
+        help="run the outbox relay loop in this process too (the --outbox-* and --relay-* "
+        "flags; see x relay --help)",
+    )
+    from ultimat3.jobs.cli._relay import add_relay_arguments
+
+    add_relay_arguments(p)
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -241,9 +250,21 @@ async def _run_worker(inv: Invocation, jobs: list[Any], queues: list[str] | None
             f"x worker: {len(jobs)} job(s) from {a.app} on the {driver.name} driver, "
             f"queues {', '.join(worker.queues)}"
         )
-        received = await serve(worker, progress=inv.progress)
+        relay = None
+        if a.relay:
+            from ultimat3.jobs.cli._relay import open_relay
+
+            relay = await open_relay(inv, driver)
+            inv.progress(f"x worker: relaying the outbox of {relay.where}")
+        try:
+            received = await serve(worker, progress=inv.progress)
+        finally:
+            if relay is not None:
+                await relay.close()
     stats = worker.stats()
-    data = {"app": a.app, "signal": received, "stats": to_json_dict(stats)}
+    data: dict[str, Any] = {"app": a.app, "signal": received, "stats": to_json_dict(stats)}
+    if relay is not None:
+        data["relay"] = to_json_dict(relay.loop.stats())
     return Answer(
         data,
         f"x worker: stopped after {received}: {stats.completed} completed, {stats.retried} "
