@@ -84,7 +84,7 @@ class Counting:
 
 async def test_an_idle_loop_backs_off() -> None:
     store = Counting()
-    loop = relay_loop(store=store, driver=memory_job_driver(), interval_ms=10, idle_poll_max_ms=80)  # type: ignore[arg-type]
+    loop = relay_loop(store=store, driver=memory_job_driver(), interval_ms=10, idle_poll_max_ms=80)
     await loop.start()
     try:
         await asyncio.sleep(0.6)
@@ -98,7 +98,7 @@ async def test_an_idle_loop_backs_off() -> None:
 async def test_a_wake_passes_an_idle_loop_at_once() -> None:
     store = Counting()
     loop = relay_loop(
-        store=store,  # type: ignore[arg-type]
+        store=store,
         driver=memory_job_driver(),
         interval_ms=30_000,
         idle_poll_max_ms=60_000,
