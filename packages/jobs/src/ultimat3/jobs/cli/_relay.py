@@ -23,6 +23,7 @@ from ultimat3.jobs.cli._driver import POSTGRES_MODULE, load_callable, maybe_awai
 from ultimat3.jobs.cli._invocation import Commands, Invocation
 from ultimat3.jobs.cli._logging import check_log_options, root_logging
 from ultimat3.jobs.cli._output import Answer
+from ultimat3.jobs.cli._signals import stop_signals
 
 if TYPE_CHECKING:
     from ultimat3.jobs import RelayLoop
@@ -155,8 +156,6 @@ async def open_relay(inv: Invocation, driver: Any) -> OpenedRelay:
 
 
 async def cmd_relay(inv: Invocation) -> Answer:
-    from ultimat3.jobs.cli._worker import stop_signals
-
     a = inv.args
     check_log_options(a.log_level, a.log_format)
     outbox_url(inv)  # refused before the driver is opened

@@ -15,8 +15,8 @@ from ultimat3.core import format_duration, swap_adapter
 from ultimat3.jobs.adapter import JOB_DRIVER, to_json_dict
 from ultimat3.jobs.cli._invocation import Commands, Invocation
 from ultimat3.jobs.cli._output import Answer
+from ultimat3.jobs.cli._signals import stop_signals
 from ultimat3.jobs.cli._tasks import app_tasks
-from ultimat3.jobs.cli._worker import stop_signals
 
 WATCH_S = 0.25
 """How often the command looks at the scheduler to report a change of lead."""
