@@ -66,6 +66,10 @@ async def test_a_commit_wakes_the_idle_relay_and_a_rollback_does_not(
             await store.stage(conn, [req(1)])
             await conn.commit()
         assert await _published(pg_driver, 1, within_s=5.0), "woken by the stage's commit"
+        for _ in range(250):  # the job is in; the pass marks the row, then counts it
+            if loop.stats().published == 1:
+                break
+            await asyncio.sleep(0.02)
         assert loop.stats().wakes >= 1 and loop.stats().published == 1
     finally:
         await loop.stop()
