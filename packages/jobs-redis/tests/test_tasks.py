@@ -99,7 +99,13 @@ async def test_one_scheduler_leads_on_redis_and_a_dead_one_is_replaced_within_a_
     lease_ms = 1000
     a, b = (
         task_scheduler(
-            tasks=[MINUTELY], driver=d, clock=clock, lease_ms=lease_ms, renew_ms=300, tick_ms=50
+            purge=False,
+            tasks=[MINUTELY],
+            driver=d,
+            clock=clock,
+            lease_ms=lease_ms,
+            renew_ms=300,
+            tick_ms=50,
         )
         for d in drivers
     )

@@ -217,6 +217,8 @@ def test_list_prints_a_table_without_json(capsys: Capture, driver: MemoryJobDriv
         "TRIES",
         "RUN",
         "AT",
+        "LAST",
+        "ERROR",
         "KEY",
     ]
     assert job_id in out and "emails" in out and "0/3" in out

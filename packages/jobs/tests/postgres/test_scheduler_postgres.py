@@ -154,7 +154,9 @@ async def test_one_scheduler_leads_over_postgres_and_a_dead_one_is_replaced_with
     drivers = [postgres_job_driver(database_url, schema=pg_schema) for _ in range(2)]
     lease_ms = 1500
     a, b = (
-        task_scheduler(tasks=[_minutely()], driver=d, lease_ms=lease_ms, renew_ms=500, tick_ms=100)
+        task_scheduler(
+            purge=False, tasks=[_minutely()], driver=d, lease_ms=lease_ms, renew_ms=500, tick_ms=100
+        )
         for d in drivers
     )
     try:
@@ -222,6 +224,7 @@ minutely = task(
 async def main() -> None:
     driver = postgres_job_driver(url, schema=schema)
     s = task_scheduler(
+        purge=False,
         tasks=[minutely], driver=driver, clock=Fast(), lease_ms=1000, renew_ms=300, tick_ms=50
     )
     await s.start()
@@ -308,7 +311,7 @@ async def test_an_idle_minute_on_postgres_is_six_statements_for_fifty_tasks(
         task(name=f"daily-{i}", cron=f"{i} 3 * * *", enqueue=lambda at: (on_tick, {"at": "x"}))
         for i in range(50)
     ]
-    s = task_scheduler(tasks=tasks, driver=pg_driver, clock=clock)
+    s = task_scheduler(purge=False, tasks=tasks, driver=pg_driver, clock=clock)
     await s.tick()
     assert s.leading
     assert sent == Counter({"lease_acquire": 1, "task_fires": 1, "paused_tasks": 1})

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from ultimat3.core import capture_log_events, swap_adapter, use_connection
+from ultimat3.core import XError, capture_log_events, swap_adapter, use_connection
 from ultimat3.jobs import job, outbox_relay
 from ultimat3.jobs.adapter import OUTBOX_STORE, EnqueueRequest
 from ultimat3.jobs.memory import (
@@ -116,3 +116,57 @@ async def test_a_batch_republished_after_a_crash_before_its_mark_adds_no_row(
     await store.release([rid for rid, _ in batch])
     assert await outbox_relay() == 2
     assert len(await driver.introspect.list()) == 2
+
+
+class OneByOne:
+    """A store that marks one row at a time (``mark_published``) and has no batch mark."""
+
+    def __init__(self, inner: MemoryOutboxStore) -> None:
+        self.inner = inner
+        self.marked: list[str] = []
+
+    def accepts(self, connection: object) -> bool:
+        return self.inner.accepts(connection)
+
+    async def stage(self, connection: object, requests: Sequence[EnqueueRequest]) -> None:
+        await self.inner.stage(connection, requests)
+
+    async def claim_batch(self, *, limit: int, lease_ms: int) -> list[tuple[str, EnqueueRequest]]:
+        return await self.inner.claim_batch(limit=limit, lease_ms=lease_ms)
+
+    async def release(self, row_ids: Sequence[str]) -> None:
+        await self.inner.release(row_ids)
+
+    async def mark_published(self, row_id: str) -> None:
+        self.marked.append(row_id)
+        await self.inner.mark_published_many([row_id])
+
+
+class NoMark(OneByOne):
+    mark_published = None  # type: ignore[assignment]
+
+
+async def test_a_store_without_mark_published_many_marks_row_by_row(
+    driver: EngineDriver, store: MemoryOutboxStore
+) -> None:
+    ids = await _stage(3)
+    one = OneByOne(store)
+    assert not hasattr(one, "mark_published_many")
+    assert await outbox_relay(one, driver) == 3  # type: ignore[arg-type]
+    assert len(one.marked) == 3, "each published row marked once, by mark_published"
+    assert store.unpublished() == []
+    assert await outbox_relay(one, driver) == 0, "nothing is published twice"  # type: ignore[arg-type]
+    assert sorted(r.id for r in await driver.introspect.list()) == sorted(ids)
+
+
+async def test_a_store_that_cannot_mark_is_refused_before_it_republishes(
+    driver: EngineDriver, store: MemoryOutboxStore
+) -> None:
+    await _stage(2)
+    with pytest.raises(XError) as caught:
+        await outbox_relay(NoMark(store), driver)  # type: ignore[arg-type]
+    assert caught.value.code == "X_CONFIG_INVALID"
+    assert "mark_published_many" in caught.value.message and caught.value.fix
+    assert await driver.introspect.list() == [], "refused before anything was published"
+    assert len(store.unpublished()) == 2
+    assert await outbox_relay(store, driver) == 2, "nothing was left leased"

@@ -108,7 +108,9 @@ async def test_the_scheduler_leads_the_tasks_among_the_jobs_and_steps_down() -> 
     minutely = task(
         name="minutely", cron="* * * * *", enqueue=lambda at: (double, {"n": at.at.minute})
     )
-    async with run_jobs(jobs=[double, minutely], driver=driver, scheduler=True) as running:
+    async with run_jobs(
+        jobs=[double, minutely], driver=driver, scheduler=True, purge=False
+    ) as running:
         assert running.scheduler is not None and running.scheduler.tasks == (minutely,)
         assert running.worker is not None and set(running.worker.jobs) == {"double"}
         for _ in range(500):

@@ -115,7 +115,7 @@ def driver(clock: FrozenClock) -> MemoryJobDriver:
 async def test_each_occurrence_fires_once_with_its_jobs_and_watermark(
     clock: FrozenClock, driver: MemoryJobDriver
 ) -> None:
-    s = task_scheduler(tasks=[_every_minute()], driver=driver, clock=clock)
+    s = task_scheduler(purge=False, tasks=[_every_minute()], driver=driver, clock=clock)
     with capture_log_events() as events:
         await _run(s, clock, 150)  # 12:00:30 -> 12:03:00
     # 12:00 is 30 s late at the first tick (within LATE_MS): it fires too
@@ -133,7 +133,9 @@ async def test_the_task_that_never_fired_starts_one_minute_before_the_lead(
     clock: FrozenClock, driver: MemoryJobDriver
 ) -> None:
     # 12:00:30: the 12:00 occurrence is 30 s late, within LATE_MS — a failover never loses it
-    s = task_scheduler(tasks=[_every_minute(catch_up="none")], driver=driver, clock=clock)
+    s = task_scheduler(
+        purge=False, tasks=[_every_minute(catch_up="none")], driver=driver, clock=clock
+    )
     await s.tick()
     assert [f.occurrence_ms for f in await driver.introspect.task_fires()] == [_minute(0)]
     assert LATE_MS == 60_000
@@ -147,7 +149,7 @@ async def test_with_nothing_due_a_tick_reads_no_store_and_an_idle_minute_is_six_
         task(name=f"daily-{i}", cron=f"{i} 3 * * *", enqueue=lambda at: (on_tick, {"at": "x"}))
         for i in range(50)
     ]
-    s = task_scheduler(tasks=tasks, driver=spy, clock=clock)  # type: ignore[arg-type]
+    s = task_scheduler(purge=False, tasks=tasks, driver=spy, clock=clock)  # type: ignore[arg-type]
     await s.tick()
     assert s.leading
     spy.calls.clear()
@@ -159,8 +161,8 @@ async def test_one_scheduler_leads_and_a_dead_leader_is_replaced_within_one_leas
     clock: FrozenClock, driver: MemoryJobDriver
 ) -> None:
     t = _every_minute()
-    a = task_scheduler(tasks=[t], driver=driver, clock=clock)
-    b = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    a = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
+    b = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
     for _ in range(40):
         clock.advance("1s")
         await a.tick()
@@ -221,7 +223,7 @@ async def test_a_paused_task_does_not_fire_and_on_resume_its_catch_up_decides(
     fired_after_resume: list[int],
 ) -> None:
     t = _every_minute(catch_up=catch_up)
-    s = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    s = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
     await _run(s, clock, 150)  # fires 12:01, 12:02; now 12:03:00 (12:03 fires on this tick)
     await driver.introspect.pause_task(t.name)
     with capture_log_events() as events:
@@ -256,11 +258,11 @@ async def test_a_scheduler_that_was_down_catches_up_as_the_task_says(
     missed: int,
 ) -> None:
     t = _every_minute(catch_up=catch_up)
-    first = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    first = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
     await _run(first, clock, 40)  # fires 12:00 and 12:01; now 12:01:10
     await first.stop()  # hands the lease back
     clock.advance("30m")  # nobody ran: 12:02 .. 12:30 were missed; 12:31 is 10 s late, on time
-    second = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    second = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
     with capture_log_events() as events:
         await second.tick()
     fired = [e["occurrence_ms"] for e in events if e["event"] == "jobs.task.fired"]
@@ -274,7 +276,7 @@ async def test_catch_up_all_is_bounded(clock: FrozenClock, driver: MemoryJobDriv
     t = _every_minute(catch_up="all")
     await driver.fire_task(t.name, _minute(0), t.requests(_minute(0)))
     clock.advance("1d")
-    s = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    s = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
     with capture_log_events() as events:
         await s.tick()
     fired = [e["occurrence_ms"] for e in events if e["event"] == "jobs.task.fired"]
@@ -287,7 +289,7 @@ async def test_a_job_the_task_builds_wrongly_is_logged_and_skipped_not_retried(
     clock: FrozenClock, driver: MemoryJobDriver
 ) -> None:
     t = task(name="broken", cron="* * * * *", enqueue=lambda at: (on_tick, {"at": 5}))
-    s = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    s = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
     with capture_log_events() as events:
         await _run(s, clock, 100)  # 12:00:30 -> 12:02:10
     failed = [e for e in events if e["event"] == "jobs.task.fire-failed"]
@@ -300,7 +302,7 @@ async def test_a_job_the_task_builds_wrongly_is_logged_and_skipped_not_retried(
 async def test_the_installed_driver_is_the_default(
     clock: FrozenClock, driver: MemoryJobDriver
 ) -> None:
-    s = task_scheduler(tasks=[_every_minute()], clock=clock)
+    s = task_scheduler(purge=False, tasks=[_every_minute()], clock=clock)
     with swap_adapter(JOB_DRIVER, driver):
         await _run(s, clock, 31)
     assert len(await _ticks(driver)) == 2  # 12:00 (30 s late) and 12:01
@@ -309,13 +311,13 @@ async def test_the_installed_driver_is_the_default(
 def test_a_bad_scheduler_is_refused() -> None:
     t = _every_minute()
     with pytest.raises(XError) as exc:
-        task_scheduler(tasks=[t, t])
+        task_scheduler(purge=False, tasks=[t, t])
     assert exc.value.code == "X_CONFIG_INVALID" and "'minutely' twice" in exc.value.message
     with pytest.raises(XError) as exc:
-        task_scheduler(tasks=[on_tick])  # type: ignore[list-item]
+        task_scheduler(purge=False, tasks=[on_tick])  # type: ignore[list-item]
     assert "not a task" in exc.value.message
     with pytest.raises(XError) as exc:
-        task_scheduler(tasks=[t], renew_ms=30_000, lease_ms=30_000)
+        task_scheduler(purge=False, tasks=[t], renew_ms=30_000, lease_ms=30_000)
     assert "renew_ms" in exc.value.message
 
 
@@ -323,7 +325,7 @@ async def test_a_driver_without_fire_task_is_refused_at_start() -> None:
     class Bare:
         name = "bare"
 
-    s = task_scheduler(tasks=[_every_minute()], driver=Bare())  # type: ignore[arg-type]
+    s = task_scheduler(purge=False, tasks=[_every_minute()], driver=Bare())  # type: ignore[arg-type]
     with pytest.raises(XError) as exc:
         await s.start()
     assert exc.value.code == "X_CONFIG_INVALID"
@@ -344,7 +346,7 @@ async def test_each_fire_is_a_span_and_its_jobs_carry_the_fires_trace(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("ultimat3")
     monkeypatch.setattr(_scheduler, "tracer", lambda: tracer)
-    s = task_scheduler(tasks=[_every_minute()], driver=driver, clock=clock)
+    s = task_scheduler(purge=False, tasks=[_every_minute()], driver=driver, clock=clock)
     try:
         await _run(s, clock, 31)  # fires 12:00 (late) and 12:01
     finally:
@@ -383,7 +385,7 @@ async def test_a_pause_landing_between_the_read_and_the_fire_is_honoured(
             return []  # the scheduler's read, just before someone paused the task
         return await real()
 
-    s = task_scheduler(tasks=[_every_minute()], driver=spy, clock=clock)  # type: ignore[arg-type]
+    s = task_scheduler(purge=False, tasks=[_every_minute()], driver=spy, clock=clock)  # type: ignore[arg-type]
     await s.tick()  # leads; 12:00 fires
     await driver.introspect.pause_task("minutely")
     spy.introspect.paused_tasks = paused_tasks
@@ -412,7 +414,7 @@ async def test_a_failed_read_at_the_lead_leaves_a_standby_that_asks_again(
         return await real()
 
     spy.introspect.task_fires = task_fires
-    s = task_scheduler(tasks=[_every_minute()], driver=spy, clock=clock)  # type: ignore[arg-type]
+    s = task_scheduler(purge=False, tasks=[_every_minute()], driver=spy, clock=clock)  # type: ignore[arg-type]
     with pytest.raises(XError):
         await s.tick()
     assert not _leading(s)
@@ -444,7 +446,7 @@ async def test_the_scheduler_fires_once_through_a_dst_change(
     clock = FrozenClock(start)
     driver = memory_job_driver(clock=clock)
     t = task(name="dst", cron=cron, tz=tz, enqueue=lambda at: (on_tick, {"at": at.at.isoformat()}))
-    s = task_scheduler(tasks=[t], driver=driver, clock=clock)
+    s = task_scheduler(purge=False, tasks=[t], driver=driver, clock=clock)
     with capture_log_events() as events:
         await _run(s, clock, 4 * 3600)
     fired = [e["occurrence_ms"] for e in events if e["event"] == "jobs.task.fired"]

@@ -109,7 +109,7 @@ async def test_no_occurrence_fires_twice_or_while_paused_whatever_happens(
     tasks = [_task("a", cron, catch_up), _task("b", "*/2 * * * *", "all")]
 
     def spawn() -> TaskScheduler:
-        return task_scheduler(tasks=tasks, driver=driver, clock=clock)  # type: ignore[arg-type]
+        return task_scheduler(purge=False, tasks=tasks, driver=driver, clock=clock)  # type: ignore[arg-type]
 
     schedulers = [spawn(), spawn()]
     for action, arg in actions:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 
-from ultimat3.core import AbortController, XError, use_signal
+from ultimat3.core import AbortController, XError, current_connection, use_connection, use_signal
 from ultimat3.jobs import Retry, execute_job, job
 from ultimat3.jobs.postgres import transaction
 from ultimat3_testkit.engine_drivers import Engine
@@ -57,3 +58,32 @@ async def test_transaction_inside_an_aborted_run_rethrows_the_reason(database_ur
         async with transaction(pool) as conn:  # a live (or no) signal: it opens as always
             assert (await (await conn.execute("SELECT 1")).fetchone()) == (1,)
     assert caught.value.code == "X_JOB_TIMEOUT"
+
+
+async def test_use_connection_inside_an_aborted_run_rethrows_the_reason(database_url: str) -> None:
+    controller = AbortController()
+    controller.abort(XError("X_DRAINING", "worker w is draining"))
+    ran: list[str] = []
+
+    async def write(conn: psycopg.AsyncConnection[Any]) -> None:
+        with use_connection(conn):
+            ran.append("sync")
+            await conn.execute("CREATE TEMP TABLE ghost (n int)")
+
+    async def write_async(conn: psycopg.AsyncConnection[Any]) -> None:
+        async with use_connection(conn):
+            ran.append("async")
+
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        with use_signal(controller.signal):
+            with pytest.raises(XError) as caught:
+                await write(conn)
+            with pytest.raises(XError) as again:
+                await write_async(conn)
+            async with use_connection(None):  # unbinding still works
+                pass
+        assert ran == [], "nothing in the block ran"
+        assert caught.value.code == again.value.code == "X_DRAINING"
+        assert current_connection() is None
+        with use_connection(conn):  # no aborted signal: bound as always
+            assert current_connection() is conn

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
@@ -577,6 +577,41 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "is meant",
         _T,
     ),
+)
+
+# --- issue 17 (ops): the operator surface's own code, and statuses for codes that had none ----
+_ENTRIES += (
+    CodeInfo(
+        "X_JOB_ID_AMBIGUOUS",
+        "the id prefix matches more than one job",
+        "give more of the id: enough characters that only one job has them",
+        _T,
+        status=422,
+    ),
+)
+_MORE_STATUSES: Mapping[str, int] = {
+    # an HTTP handler that lets one of these through answers this status instead of a bare 500
+    "X_DB_LOCK_TIMEOUT": 503,
+    "X_LOCK_LOST": 503,
+    "X_STORAGE_KEY_INVALID": 422,
+    "X_STORAGE_NOT_FOUND": 404,
+    "X_IMPORT_HEADER_MISMATCH": 422,
+    "X_IMPORT_TOO_MANY_ERRORS": 422,
+    "X_IMPORT_ENCODING_INVALID": 422,
+    "X_WEBHOOK_ENDPOINT_UNKNOWN": 404,
+    "X_WEBHOOK_ENDPOINT_INVALID": 422,
+    "X_WEBHOOK_ENDPOINT_DISABLED": 409,
+    "X_WEBHOOK_EVENT_UNKNOWN": 404,
+    "X_ENTITY_VALUE_INVALID": 422,
+    "X_ENTITY_QUERY_INVALID": 422,
+    "X_ENTITY_WRITE_REFUSED": 409,
+    "X_ENTITY_CONFLICT": 409,
+}
+_ENTRIES = tuple(
+    replace(info, status=_MORE_STATUSES[info.code])
+    if info.status is None and info.code in _MORE_STATUSES
+    else info
+    for info in _ENTRIES
 )
 
 CODES: Mapping[str, CodeInfo] = MappingProxyType({info.code: info for info in _ENTRIES})

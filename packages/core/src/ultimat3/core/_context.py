@@ -10,6 +10,7 @@ from typing import Any, TypeVar, overload
 
 from ._ambient import Binding
 from ._errors import XError
+from ._signal import current_signal
 
 T = TypeVar("T")
 
@@ -64,9 +65,25 @@ def current_connection() -> object | None:
     return _connection_var.get()
 
 
+class _ConnectionBinding(Binding[object | None]):
+    """``use_connection``'s binding: entered inside a run whose signal is aborted (its timeout, a
+    drain, a lost lease), it rethrows the signal's reason instead of making the connection
+    ambient — the run must stop writing, and nothing in the block runs."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> object | None:
+        if self._value is not None:
+            signal = current_signal()
+            if signal is not None and signal.aborted and signal.reason is not None:
+                raise signal.reason
+        return super().__enter__()
+
+
 def use_connection(conn: object | None) -> Binding[object | None]:
-    """Make ``conn`` ambient for a ``with`` or ``async with`` block."""
-    return Binding(_connection_var, conn)
+    """Make ``conn`` ambient for a ``with`` or ``async with`` block. Inside a run whose signal is
+    aborted it rethrows the signal's reason instead (``use_connection(None)`` still unbinds)."""
+    return _ConnectionBinding(_connection_var, conn)
 
 
 def cross_tenant_reason() -> str | None:

@@ -56,6 +56,10 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.run.completed": "debug",
         "jobs.outbox.relay-failed": "warning",
         "jobs.redis.reset": "error",
+        # retention: the hourly built-in x.purge (issue 17)
+        "jobs.purge.done": "info",
+        "jobs.purge.failed": "warning",
+        "jobs.purge.unsupported": "warning",
     }
 )
 """The default level of each known event; an unknown event logs at ``info``."""

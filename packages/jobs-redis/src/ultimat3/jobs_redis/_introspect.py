@@ -30,6 +30,7 @@ from ultimat3.jobs.adapter import (
     StepRecord,
     TaskFire,
     WorkerRow,
+    check_cancellable_state,
     check_name,
     check_page,
     check_requeueable_state,
@@ -194,6 +195,7 @@ class RedisJobIntrospection:
         queue: str | None,
         name: str | None,
         tenant_id: str | None,
+        error_json: str = "",
     ) -> BulkResult:
         affected, remaining = await self._r.run(
             "bulk",
@@ -203,6 +205,7 @@ class RedisJobIntrospection:
             opt(queue),
             opt(name),
             opt(tenant_id),
+            error_json,
             op=f"{action} jobs",
         )
         return BulkResult(affected=int(affected), remaining=int(remaining))
@@ -301,6 +304,22 @@ class RedisJobIntrospection:
                 meta={"job_id": job_id, "state": state},
             )
         return job_row(reply[1])
+
+    async def cancel_many(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        name: str | None = None,
+        tenant_id: str | None = None,
+        reason: str | None = None,
+    ) -> BulkResult:
+        """Cancels up to ``MAX_BULK_ROWS`` live rows in ``state``, oldest first, in one script
+        run; each as ``cancel`` would."""
+        check_cancellable_state(state)
+        error = XError("X_ABORTED", reason or "cancelled by an operator").to_dict()
+        error_json = freeze(error, what="the cancel reason")
+        return await self._bulk("cancel", state, queue, name, tenant_id, error_json)
 
     async def promote(self, job_id: str) -> JobRow:
         """Run a job waiting on its ``run_at`` now: ``delayed``, or ``ready`` backing off."""

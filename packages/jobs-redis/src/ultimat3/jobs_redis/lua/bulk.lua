@@ -1,5 +1,5 @@
--- bulk: ARGV = action ('remove' | 'requeue' | 'promote'), state, max rows, queue?, name?,
--- tenant_id? ('' any tenant).
+-- bulk: ARGV = action ('remove' | 'requeue' | 'promote' | 'cancel'), state, max rows, queue?,
+-- name?, tenant_id? ('' any tenant), error JSON (cancel only).
 -- Acts on up to `max` matching rows in `state`, oldest first. Answers {affected, remaining}.
 -- requeue skips a row whose live key a live job holds (not counted in remaining; remaining is the
 -- number of distinct unheld live keys left); promote keeps only rows waiting on their run_at.
@@ -46,6 +46,21 @@ local announced = {}
 if action == 'remove' then
   for i = 1, math.min(max, #rows) do
     delete_row(load(rows[i].id))
+    affected = affected + 1
+  end
+  return { affected, #rows - affected }
+elseif action == 'cancel' then
+  if not LIVE[state] then
+    return { 0, 0 }
+  end
+  for i = 1, math.min(max, #rows) do
+    local id = rows[i].id
+    local r = load(id)
+    local k = P .. 'j:' .. id
+    redis.call('HSET', k, 'last_error', ARGV[7], 'finished_at', N(now))
+    redis.call('HDEL', k, 'worker_id', 'claim', 'lease_expires_at')
+    forget_wait(r)
+    move(r, 'cancelled', now, now)
     affected = affected + 1
   end
   return { affected, #rows - affected }

@@ -35,6 +35,7 @@ async def outbox_relay(
 
     store = store if store is not None else adapter(OUTBOX_STORE)
     driver = driver if driver is not None else adapter(JOB_DRIVER)
+    _check_marks(store)  # before anything is claimed or published
     batch = await store.claim_batch(limit=batch_size, lease_ms=lease_ms)
     if not batch:
         return 0
@@ -79,12 +80,17 @@ async def _mark_one(store: OutboxStore, row_id: str) -> None:
     if many is not None:
         await many([row_id])
         return
-    one = getattr(store, "mark_published", None)
-    if one is None:
+    _check_marks(store)
+    await store.mark_published(row_id)  # type: ignore[attr-defined]
+
+
+def _check_marks(store: OutboxStore) -> None:
+    if getattr(store, "mark_published_many", None) is None and (
+        getattr(store, "mark_published", None) is None
+    ):
         raise XError(
             "X_CONFIG_INVALID",
             f"the outbox store {store!r} has neither mark_published_many nor mark_published: "
             "the relay cannot mark what it published, and would publish it again every pass",
             fix="implement OutboxStore.mark_published_many(row_ids)",
         )
-    await one(row_id)

@@ -147,21 +147,30 @@ class RelayLoop:
                     error=f"{type(exc).__name__}: {exc}"[:300],
                 )
                 found = 0
-            if found:
-                idle = self._interval_s
-                wait = self._interval_s
-            else:
-                wait = idle
-                ceiling = (
-                    max(self._idle_max_s, RELAY_WAKE_PROVEN_IDLE_MS / 1000)
-                    if self.wake_proven
-                    else self._idle_max_s
-                )
-                idle = min(idle * 2, ceiling)
+            ceiling = (
+                max(self._idle_max_s, RELAY_WAKE_PROVEN_IDLE_MS / 1000)
+                if self.wake_proven
+                else self._idle_max_s
+            )
+            wait, idle = relay_pause(
+                found=found, idle_s=idle, interval_s=self._interval_s, ceiling_s=ceiling
+            )
             with contextlib.suppress(asyncio.TimeoutError):  # stop() sets it too
                 await asyncio.wait_for(self._woken.wait(), timeout=wait)
             if self._woken.is_set():
                 idle = self._interval_s
+
+
+def relay_pause(
+    *, found: int, idle_s: float, interval_s: float, ceiling_s: float
+) -> tuple[float, float]:
+    """After a pass: ``(wait, next idle)``. A pass that found rows waits ``interval_s`` and
+    resets the idle pause; an empty one waits the idle pause, which doubles up to
+    ``ceiling_s`` (200 ms, 400, 800, 1.6 s, 2 s, 2 s, ...)."""
+    if found:
+        return interval_s, interval_s
+    wait = min(idle_s, ceiling_s)
+    return wait, min(wait * 2, ceiling_s)
 
 
 def _positive(name: str, value: object) -> int:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from ultimat3.core import XError, swap_adapter
+from ultimat3.core import Duration, XError, swap_adapter
 from ultimat3.jobs._declare.job import Job
 from ultimat3.jobs._declare.task import Task
 from ultimat3.jobs._process.relay_loop import RelayLoop, relay_loop
@@ -58,11 +58,16 @@ async def run_jobs(
     worker: bool = True,
     scheduler: bool = False,
     relay: bool = False,
+    purge: bool = True,
+    done_retention: Duration | None = None,
+    dead_retention: Duration | None = None,
     **worker_settings: Any,
 ) -> AsyncIterator[RunningJobs]:
     """Run ``jobs`` for the block. ``worker_settings`` are ``job_worker``'s keywords
     (``queues=``, ``max_in_flight=``, ``settings=WorkerSettings(...)``, ...), except
-    ``handle_signals`` (refused: the server owns the signals)."""
+    ``handle_signals`` (refused: the server owns the signals). ``purge`` /
+    ``done_retention`` / ``dead_retention`` are the scheduler's (its built-in hourly
+    ``x.purge``)."""
     if "handle_signals" in worker_settings:
         raise _refuse(
             "handle_signals is not an option: an app's server owns SIGTERM, and the lifespan's "
@@ -102,7 +107,17 @@ async def run_jobs(
         if worker
         else None
     )
-    s = task_scheduler(tasks=tasks, driver=driver) if scheduler else None
+    s = (
+        task_scheduler(
+            tasks=tasks,
+            driver=driver,
+            purge=purge,
+            done_retention=done_retention,
+            dead_retention=dead_retention,
+        )
+        if scheduler
+        else None
+    )
     r = relay_loop(driver=driver) if relay else None
     installed = swap_adapter(JOB_DRIVER, driver) if driver is not None else None
     async with contextlib.AsyncExitStack() as stack:

@@ -17,6 +17,10 @@
   ``MAX_CATCH_UP``, ``'none'``). A later one fires on time. A task that never fired starts from
   ``LATE_MS`` before the scheduler took the lead.
 
+- **Retention**: the built-in ``x.purge`` (``_process/purge.py``) rides along unless
+  ``purge=False``: hourly, the leader deletes finished rows past ``done_retention`` (14 d) /
+  ``dead_retention`` (90 d) in the background.
+
 Log events: ``jobs.scheduler.lead``, ``jobs.scheduler.lost``, ``jobs.scheduler.standby``,
 ``jobs.task.fired``, ``jobs.task.skipped``, ``jobs.task.fire-failed``; a span
 ``x.task.fire`` per fire.
@@ -32,6 +36,7 @@ from typing import Final, Literal
 
 from ultimat3.core import (
     Clock,
+    Duration,
     SystemClock,
     XError,
     adapter,
@@ -41,6 +46,7 @@ from ultimat3.core import (
 )
 from ultimat3.jobs._declare.cron import latest_between, next_after
 from ultimat3.jobs._declare.task import MAX_CATCH_UP, Task
+from ultimat3.jobs._process.purge import PURGE_TASK, Retention, purge_task, retention, run_purge
 from ultimat3.jobs.adapter import JobDriver, JobIntrospection, LeaseStore, TaskFirer, driver_leases
 
 LEASE_KEY: Final = "x:scheduler"
@@ -78,9 +84,13 @@ class TaskScheduler:
         lease_ms: int,
         renew_ms: int,
         tick_ms: int,
+        keep: Retention | None = None,
     ) -> None:
         self.id: Final = f"scheduler-{new_id()}"
-        self.tasks: Final = tuple(tasks)
+        self.tasks: Final = tuple(tasks) + ((purge_task(),) if keep is not None else ())
+        self.retention: Final = keep
+        """How long finished rows are kept; None when ``purge=False``."""
+        self._purging: asyncio.Task[int | None] | None = None
         self._driver = driver
         self._clock = clock if clock is not None else SystemClock()
         self._lease_ms = lease_ms
@@ -146,12 +156,18 @@ class TaskScheduler:
         self._loop = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
-        """Stop ticking and hand the lead back (a standby takes it at its next try)."""
+        """Stop ticking and hand the lead back (a standby takes it at its next try); a purge in
+        progress is cancelled (its batch rolls back; the next leader's hour purges)."""
         loop, self._loop = self._loop, None
         if loop is not None:
             loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
+        purging, self._purging = self._purging, None
+        if purging is not None:
+            purging.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await purging
         if self._slot is not None:
             slot, self._slot = self._slot, None
             _, leases, _, _ = self._parts()
@@ -376,12 +392,29 @@ class TaskScheduler:
                 jobs=len(requests),
                 late=late,
             )
+            if t.name == PURGE_TASK and self.retention is not None:
+                self._start_purge(occurrence)
         else:
             self._skipped += 1
             log_event(
                 "jobs.task.skipped", task=t.name, reason="already-fired", occurrence_ms=occurrence
             )
         return "fired" if fired else "done"
+
+    def _start_purge(self, occurrence: int) -> None:
+        if self._purging is not None and not self._purging.done():
+            return  # the last hour's purge is still going: it covers this one
+        assert self.retention is not None
+        driver, _, _, _ = self._parts()
+        self._purging = asyncio.ensure_future(
+            run_purge(driver, self.retention, occurrence_ms=occurrence)
+        )
+
+    async def purge_done(self) -> int | None:
+        """Wait for the purge in progress, if any (tests, a graceful stop); answers its
+        count."""
+        purging = self._purging
+        return None if purging is None else await purging
 
 
 def task_scheduler(
@@ -392,11 +425,37 @@ def task_scheduler(
     lease_ms: int = LEASE_MS,
     renew_ms: int = RENEW_MS,
     tick_ms: int = TICK_MS,
+    purge: bool = True,
+    done_retention: Duration | None = None,
+    dead_retention: Duration | None = None,
 ) -> TaskScheduler:
     """The scheduler of ``tasks`` over ``driver`` (default: the installed ``JOB_DRIVER``).
     ``await s.start()`` ticks in the background; ``await s.stop()`` hands the lead back.
-    Run one per process that should be able to lead; only one leads at a time."""
+    Run one per process that should be able to lead; only one leads at a time. The built-in
+    hourly ``x.purge`` rides along (``purge=False`` drops it): finished rows are kept for
+    ``done_retention`` (``'14d'``) / ``dead_retention`` (``'90d'``), then deleted."""
+    if not isinstance(purge, bool):
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"task_scheduler: purge {purge!r} is not a bool",
+            fix="purge=True (the default: the hourly x.purge) or purge=False",
+        )
+    if not purge and (done_retention is not None or dead_retention is not None):
+        raise XError(
+            "X_CONFIG_INVALID",
+            "task_scheduler: done_retention / dead_retention given with purge=False: nothing "
+            "would apply them",
+            fix="drop purge=False, or the retention settings",
+        )
+    keep = retention(done=done_retention, dead=dead_retention) if purge else None
     names = [getattr(t, "name", None) for t in tasks]
+    if purge and PURGE_TASK in names:
+        raise XError(
+            "X_CONFIG_INVALID",
+            f"task_scheduler(tasks=...) declares {PURGE_TASK!r}, the built-in retention task's "
+            "name",
+            fix="rename the task, or pass purge=False to run your own",
+        )
     bad = [t for t in tasks if not isinstance(t, Task)]
     dupes = sorted({n for n in names if names.count(n) > 1 and n is not None})
     if bad or dupes:
@@ -426,4 +485,5 @@ def task_scheduler(
         lease_ms=lease_ms,
         renew_ms=renew_ms,
         tick_ms=tick_ms,
+        keep=keep,
     )

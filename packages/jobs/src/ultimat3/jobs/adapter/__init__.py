@@ -51,6 +51,7 @@ from ._driver import (
     driver_wake,
 )
 from ._introspect_rules import (
+    check_cancellable_state,
     check_name,
     check_page,
     check_requeueable_state,
@@ -96,7 +97,7 @@ from ._model import (
     WorkerRow,
     to_json_dict,
 )
-from ._operate import JobIntrospection
+from ._operate import BulkCanceller, JobIntrospection
 from ._redaction import (
     REDACTED,
     SENSITIVE_MARK,
@@ -162,6 +163,7 @@ __all__ = [
     "BackfillLedger",
     "BackfillRow",
     "BatchSettler",
+    "BulkCanceller",
     "BulkResult",
     "ClaimedJob",
     "ColumnEnqueuer",
@@ -207,6 +209,7 @@ __all__ = [
     "WakeHandle",
     "WorkerRegistry",
     "WorkerRow",
+    "check_cancellable_state",
     "check_name",
     "check_page",
     "check_requeueable_state",

@@ -76,6 +76,20 @@ def check_requeueable_state(state: object) -> JobState:
     return checked
 
 
+def check_cancellable_state(state: object) -> JobState:
+    """``cancel_many``'s state: a live one (``X_JOB_NOT_CANCELLABLE`` for a finished state)."""
+    checked = check_state(state, what="introspect.cancel_many")
+    if checked not in ("ready", "delayed", "running", "suspended"):
+        raise XError(
+            "X_JOB_NOT_CANCELLABLE",
+            f"introspect.cancel_many: state {checked!r} — only ready, delayed, running or "
+            "suspended jobs can be cancelled; a finished job has nothing to stop",
+            fix="pick a live state: x jobs cancel --state ready --queue emails",
+            meta={"state": checked},
+        )
+    return checked
+
+
 def check_page(*, limit: object, after: str | None, before: str | None, state: object) -> None:
     """``list``'s arguments: one direction, a page of 1..MAX_JOB_PAGE rows, a real state."""
     if after is not None and before is not None:

@@ -108,3 +108,21 @@ class JobIntrospection(Protocol):
     ) -> builtins.list[CounterRow]: ...
 
     async def counter_totals(self, since_ms: int) -> CounterTotals: ...
+
+
+@runtime_checkable
+class BulkCanceller(Protocol):
+    """Optional introspection member: cancel every live job matching a filter (``x jobs cancel
+    --queue emails``) in one set-based operation, up to ``MAX_BULK_ROWS`` oldest first — each as
+    ``cancel`` would (``cancelled``, claim void, ``last_error`` an ``X_ABORTED`` with the
+    reason). The Postgres, memory and Redis drivers have it."""
+
+    async def cancel_many(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        name: str | None = None,
+        tenant_id: str | None = None,
+        reason: str | None = None,
+    ) -> BulkResult: ...

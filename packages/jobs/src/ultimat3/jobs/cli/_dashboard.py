@@ -16,7 +16,8 @@ from ultimat3.jobs import Task
 
 from ._invocation import Commands, Invocation
 from ._output import Answer
-from ._worker import load_jobs, stop_signals
+from ._signals import stop_signals
+from ._worker import load_jobs
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000

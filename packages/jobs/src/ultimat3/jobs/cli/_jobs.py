@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ultimat3.core import XError, format_duration, from_epoch_ms, parse_duration
 from ultimat3.jobs.adapter import (
     ALL_STATES,
+    LIVE_STATES,
     MAX_JOB_PAGE,
     BackfillRow,
+    BulkCanceller,
+    BulkResult,
     JobDetail,
+    JobIntrospection,
     JobRow,
+    check_cancellable_state,
+    check_requeueable_state,
     declared_paths,
     driver_backfills,
     driver_introspect,
@@ -31,6 +38,11 @@ from ultimat3.jobs.cli._output import Answer, backfill_table, clip, error_text, 
 
 DEFAULT_PAGE = 50
 DEFAULT_COUNTER_WINDOW = "1h"
+AMBIGUOUS_SHOWN = 10
+_FULL_ID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
 
 
 def register(root: Commands, common: argparse.ArgumentParser) -> None:
@@ -59,7 +71,7 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
     )
 
     p = cmd("show", "one job's whole row with its steps (sensitive values redacted)", cmd_show)
-    p.add_argument("id")
+    p.add_argument("id", help=_ID_HELP)
     p.add_argument(
         "--app",
         metavar="MODULE:ATTRIBUTE",
@@ -67,13 +79,24 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         "worker has declared it yet (the catalog a worker writes at start is read anyway)",
     )
 
-    p = cmd("retry", "requeue a finished job; completed steps replay from storage", cmd_retry)
-    p.add_argument("id")
+    p = cmd(
+        "retry",
+        "requeue a finished job (or every one matching --state/--queue/--name); completed steps "
+        "replay from storage",
+        cmd_retry,
+    )
+    p.add_argument("id", nargs="?", help=_ID_HELP + "; or filter with --state and friends")
     p.add_argument("--from-step", metavar="STEP", help="run this step and every later one again")
+    _bulk_filters(p, "finished", "done, failed, dead or cancelled")
 
-    p = cmd("cancel", "stop a live job (ready, delayed, running, suspended)", cmd_cancel)
-    p.add_argument("id")
+    p = cmd(
+        "cancel",
+        "stop a live job (ready, delayed, running, suspended), or every one matching the filters",
+        cmd_cancel,
+    )
+    p.add_argument("id", nargs="?", help=_ID_HELP + "; or filter with --queue and friends")
     p.add_argument("--reason", help="why; stored as the row's last error")
+    _bulk_filters(p, "live", "ready, delayed, running or suspended")
 
     p = cmd(
         "resolve-step",
@@ -122,25 +145,88 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
     _drain.add_arguments(p)
 
 
+_ID_HELP = "a job id, or a prefix of one that only one job has"
+BULK_PREVIEW = 10
+"""Rows a ``--dry-run`` lists by id."""
+
+
+def _bulk_filters(p: argparse.ArgumentParser, kind: str, states: str) -> None:
+    p.add_argument("--state", choices=ALL_STATES, help=f"every {kind} job in this state ({states})")
+    p.add_argument("--queue", help="with --state or alone: only this queue")
+    p.add_argument("--name", help="only this job name")
+    p.add_argument("--tenant", help="only this tenant's jobs")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count (and list the first few of) what would be touched; change nothing",
+    )
+
+
 # --- reading ---------------------------------------------------------------------------------
+
+
+def attempts_text(r: JobRow) -> str:
+    """``TRIES``: attempts spent of the allowed; a suspended run spent none on its wait, so it
+    says it is waiting instead of reading like a run that never started."""
+    spent = f"{r.attempts}/{r.max_attempts}"
+    return f"{spent} waiting" if r.state == "suspended" else spent
+
+
+def error_code(r: JobRow) -> str:
+    code = r.last_error.get("code") if isinstance(r.last_error, Mapping) else None
+    return str(code) if code else "-"
 
 
 def _job_table(rows: list[JobRow]) -> str:
     return table(
-        ("ID", "NAME", "QUEUE", "STATE", "TRIES", "RUN AT", "KEY"),
+        ("ID", "NAME", "QUEUE", "STATE", "TRIES", "RUN AT", "LAST ERROR", "KEY"),
         [
             (
                 r.id,
                 clip(r.name, 32),
                 clip(r.queue, 20),
                 r.state,
-                f"{r.attempts}/{r.max_attempts}",
+                attempts_text(r),
                 when(r.run_at),
+                error_code(r),
                 clip(r.idempotency_key, 40),
             )
             for r in rows
         ],
     )
+
+
+async def resolve_id(intro: JobIntrospection, given: str) -> str:
+    """A full id as given; a prefix as the one job it starts (``X_JOB_NOT_FOUND`` for none,
+    ``X_JOB_ID_AMBIGUOUS`` listing the candidates for several)."""
+    if _FULL_ID.fullmatch(given):
+        return given
+    prefix = given.lower()
+    if not _PREFIX.fullmatch(prefix):
+        raise XError(
+            "X_JOB_NOT_FOUND",
+            f"{given!r} is neither a job id nor a prefix of one (hex digits and dashes)",
+            fix="copy the id from x jobs list",
+            meta={"job_id": given},
+        )
+    rows = await intro.list(id_prefix=prefix, limit=AMBIGUOUS_SHOWN + 1)
+    if not rows:
+        raise XError(
+            "X_JOB_NOT_FOUND",
+            f"no job id starts with {given!r}",
+            fix="x jobs list --id-prefix PREFIX shows what is there",
+            meta={"job_id": given},
+        )
+    if len(rows) > 1:
+        more = " (and more)" if len(rows) > AMBIGUOUS_SHOWN else ""
+        listed = ", ".join(f"{r.id} ({r.name}, {r.state})" for r in rows[:AMBIGUOUS_SHOWN])
+        raise XError(
+            "X_JOB_ID_AMBIGUOUS",
+            f"{given!r} starts {len(rows[:AMBIGUOUS_SHOWN])}{more} job ids: {listed}",
+            fix="give more of the id: enough characters that only one job has them",
+            meta={"prefix": given, "candidates": [r.id for r in rows[:AMBIGUOUS_SHOWN]]},
+        )
+    return rows[0].id
 
 
 async def _backfills(inv: Invocation) -> list[BackfillRow]:
@@ -193,7 +279,7 @@ def _show_text(job: JobDetail, backfill: BackfillRow | None) -> str:
     fields = [
         ("job", f"{job.id}  ({job.name}, queue {job.queue})"),
         ("run", job.run_id),
-        ("state", f"{job.state}  attempt {job.attempts} of {job.max_attempts}"),
+        ("state", _state_text(job)),
         ("run at", when(job.run_at)),
         ("created", when(job.created_at)),
         ("updated", when(job.updated_at)),
@@ -239,14 +325,27 @@ def _show_text(job: JobDetail, backfill: BackfillRow | None) -> str:
     return "\n".join(lines)
 
 
+def _state_text(job: JobDetail) -> str:
+    """The state with what its counts mean: attempts spent (a suspension spends none) and, for a
+    run with steps, how many are done."""
+    text = f"{job.state}  {job.attempts} of {job.max_attempts} attempts spent"
+    if job.steps:
+        done = sum(1 for s in job.steps.values() if s.state == "completed")
+        text += f", {done} of {len(job.steps)} recorded steps done"
+    if job.state == "suspended":
+        text += " (waiting: a suspension spends no attempt)"
+    return text
+
+
 async def cmd_show(inv: Invocation) -> Answer:
     declared = None
     if inv.args.app is not None:  # the app first: a wrong --app is refused before any dial
         from ultimat3.jobs.cli._worker import load_jobs
 
         declared = declared_paths(load_jobs(inv.args.app, command="x jobs show"))
-    await inv.introspect()  # the driver's degrade (no introspect) is refused there
-    job = await show_redacted(await inv.driver(), inv.args.id, declared=declared)
+    intro = await inv.introspect()  # the driver's degrade (no introspect) is refused there
+    job_id = await resolve_id(intro, inv.args.id)
+    job = await show_redacted(await inv.driver(), job_id, declared=declared)
     backfill = next((b for b in await _backfills(inv) if b.job_id == job.id), None)
     data = to_json_dict(job)
     data["backfill"] = None if backfill is None else to_json_dict(backfill)
@@ -278,9 +377,108 @@ def consumer_of(job: JobDetail) -> dict[str, Any] | None:
 # --- changing one job --------------------------------------------------------------------------
 
 
+def _filters(a: argparse.Namespace) -> dict[str, Any]:
+    return {"queue": a.queue, "name": a.name, "tenant_id": a.tenant}
+
+
+def _check_one_or_many(a: argparse.Namespace, command: str, example: str) -> bool:
+    """True for a bulk command (no id, filters); refuses a mix, or neither."""
+    filtered = a.state is not None or a.queue is not None or a.name is not None
+    filtered = filtered or a.tenant is not None
+    if a.id is not None and (filtered or a.dry_run):
+        raise XError(
+            "X_INVARIANT",
+            f"x jobs {command}: give a job id OR filters (--state, --queue, --name, --tenant), "
+            "not both",
+            fix=f"x jobs {command} {a.id}, or x jobs {command} {example}",
+        )
+    if a.id is None and not filtered:
+        raise XError(
+            "X_INVARIANT",
+            f"x jobs {command}: no job id and no filter: nothing says which jobs",
+            fix=f"x jobs {command} <id>, or x jobs {command} {example} (add --dry-run to count "
+            "first)",
+        )
+    return a.id is None
+
+
+async def _preview(
+    intro: JobIntrospection, a: argparse.Namespace, states: tuple[str, ...], verb: str
+) -> Answer:
+    """``--dry-run``: how many jobs match (paged reads, nothing changes) and the first few."""
+    total = 0
+    first: list[JobRow] = []
+    for state in states:
+        after = None
+        while True:
+            page = await intro.list(
+                **_filters(a),
+                state=state,  # type: ignore[arg-type]
+                limit=MAX_JOB_PAGE,
+                after=after,
+            )
+            total += len(page)
+            first += page[: max(0, BULK_PREVIEW - len(first))]
+            if len(page) < MAX_JOB_PAGE:
+                break
+            after = job_cursor(page[-1])
+    data = {"dry_run": True, "would_touch": total, "first": to_json_dict(first)}
+    lines = [f"dry run: {total} job(s) would be {verb}; nothing changed"]
+    if first:
+        lines.append(_job_table(first))
+        if total > len(first):
+            lines.append(f"... and {total - len(first)} more")
+    return Answer(data, "\n".join(lines))
+
+
+async def _bulk(
+    run: Any, a: argparse.Namespace, states: tuple[str, ...]
+) -> tuple[int, int, dict[str, Any]]:
+    """Every batch of ``run(state)`` (each at most MAX_BULK_ROWS) until none remain or a batch
+    moves nothing; answers (touched, left, per state)."""
+    touched = left = 0
+    per_state: dict[str, Any] = {}
+    for state in states:
+        moved = 0
+        while True:
+            result: BulkResult = await run(state)
+            moved += result.affected
+            if result.remaining == 0 or result.affected == 0:
+                left += result.remaining
+                break
+        per_state[state] = moved
+        touched += moved
+    return touched, left, per_state
+
+
 async def cmd_retry(inv: Invocation) -> Answer:
     a = inv.args
-    row = await (await inv.introspect()).requeue(a.id, from_step=a.from_step)
+    intro = await inv.introspect()
+    if _check_one_or_many(a, "retry", "--state dead --name send_email"):
+        if a.from_step is not None:
+            raise XError(
+                "X_INVARIANT",
+                "x jobs retry: --from-step goes with one job id, not with filters",
+                fix="x jobs retry <id> --from-step STEP",
+            )
+        if a.state is None:
+            raise XError(
+                "X_INVARIANT",
+                "x jobs retry: filters need --state (done, failed, dead or cancelled)",
+                fix=f"x jobs retry --state dead{' --queue ' + a.queue if a.queue else ''}",
+            )
+        check_requeueable_state(a.state)
+        if a.dry_run:
+            return await _preview(intro, a, (a.state,), "requeued")
+        touched, left, _ = await _bulk(
+            lambda st: intro.requeue_many(state=st, **_filters(a)), a, (a.state,)
+        )
+        held = f"; {left} left: their key is held by a live job" if left else ""
+        return Answer(
+            {"requeued": touched, "left": left, "state": a.state, **_filters(a)},
+            f"requeued {touched} {a.state} job(s){held}",
+        )
+    row = await intro.requeue(await resolve_id(intro, a.id), from_step=a.from_step)
     rerun = f", steps from {a.from_step!r} on run again" if a.from_step else ""
     return Answer(
         to_json_dict(row),
@@ -290,7 +488,34 @@ async def cmd_retry(inv: Invocation) -> Answer:
 
 
 async def cmd_cancel(inv: Invocation) -> Answer:
-    row = await (await inv.introspect()).cancel(inv.args.id, inv.args.reason)
+    a = inv.args
+    intro = await inv.introspect()
+    if _check_one_or_many(a, "cancel", "--queue emails"):
+        states = (a.state,) if a.state is not None else LIVE_STATES
+        for state in states:
+            check_cancellable_state(state)
+        if a.dry_run:
+            return await _preview(intro, a, states, "cancelled")
+        if not isinstance(intro, BulkCanceller):
+            driver = await inv.driver()
+            raise XError(
+                "X_NOT_IMPLEMENTED",
+                f"the {driver.name} driver's introspection has no cancel_many: it cannot "
+                "cancel by filter",
+                fix="cancel one job at a time: x jobs cancel <id>",
+                meta={"driver": driver.name},
+            )
+        bulk = intro
+        touched, left, per_state = await _bulk(
+            lambda st: bulk.cancel_many(state=st, reason=a.reason, **_filters(a)), a, states
+        )
+        return Answer(
+            {"cancelled": touched, "left": left, "states": per_state, **_filters(a)},
+            f"cancelled {touched} job(s) ("
+            + ", ".join(f"{n} {st}" for st, n in per_state.items())
+            + ")",
+        )
+    row = await intro.cancel(await resolve_id(intro, a.id), a.reason)
     return Answer(to_json_dict(row), f"job {row.id} cancelled ({error_text(row.last_error)})")
 
 
@@ -337,7 +562,8 @@ async def cmd_resolve_step(inv: Invocation) -> Answer:
 
 
 async def cmd_promote(inv: Invocation) -> Answer:
-    row = await (await inv.introspect()).promote(inv.args.id)
+    intro = await inv.introspect()
+    row = await intro.promote(await resolve_id(intro, inv.args.id))
     return Answer(to_json_dict(row), f"job {row.id} promoted: {row.state}, due now")
 
 
@@ -451,7 +677,17 @@ async def cmd_counters(inv: Invocation) -> Answer:
     }
     body = (
         table(
-            ("BUCKET", "SIZE", "JOB", "DONE", "RETRIED", "FAILED", "DEAD", "DURATION MS"),
+            (
+                "BUCKET",
+                "SIZE",
+                "JOB",
+                "DONE",
+                "RETRIED",
+                "FAILED",
+                "DEAD",
+                "DONE RUN MS (SUM)",
+                "DONE RUN MS (AVG)",
+            ),
             [
                 (
                     when(r.bucket_start),
@@ -462,6 +698,7 @@ async def cmd_counters(inv: Invocation) -> Answer:
                     str(r.failed),
                     str(r.dead),
                     str(r.duration_ms),
+                    str(round(r.duration_ms / r.done)) if r.done else "-",
                 )
                 for r in rows
             ],
@@ -473,4 +710,9 @@ async def cmd_counters(inv: Invocation) -> Answer:
         f"last {format_duration(window_ms)}: done {totals['done']}, retried "
         f"{totals['retried']}, failed {totals['failed']}, dead {totals['dead']}"
     )
+    if rows:
+        summary += (
+            "\nDONE RUN MS: the time the bucket's done runs spent in their final attempt, summed "
+            "and per run (retries and dead letters add none)"
+        )
     return Answer(data, f"{body}\n{summary}")

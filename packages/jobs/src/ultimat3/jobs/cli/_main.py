@@ -12,7 +12,7 @@ from typing import NoReturn, TextIO
 
 from ultimat3.core import XError
 from ultimat3.jobs.adapter import JobDriver
-from ultimat3.jobs.cli import _dashboard, _db, _jobs, _scheduler, _tasks, _worker
+from ultimat3.jobs.cli import _dashboard, _db, _jobs, _relay, _scheduler, _tasks, _worker
 from ultimat3.jobs.cli._driver import DRIVER_KINDS, DriverSource, choose_driver, redact
 from ultimat3.jobs.cli._invocation import Handler, Invocation
 from ultimat3.jobs.cli._output import (
@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     _jobs.register(root, common)
     _db.register(root, common)
     _worker.register(root, common)
+    _relay.register(root, common)
     _scheduler.register(root, common)
     _tasks.register(root, common)
     _dashboard.register(root, common)

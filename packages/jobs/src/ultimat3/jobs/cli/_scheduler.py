@@ -11,12 +11,12 @@ import argparse
 import asyncio
 import contextlib
 
-from ultimat3.core import swap_adapter
+from ultimat3.core import format_duration, swap_adapter
 from ultimat3.jobs.adapter import JOB_DRIVER, to_json_dict
 from ultimat3.jobs.cli._invocation import Commands, Invocation
 from ultimat3.jobs.cli._output import Answer
+from ultimat3.jobs.cli._signals import stop_signals
 from ultimat3.jobs.cli._tasks import app_tasks
-from ultimat3.jobs.cli._worker import stop_signals
 
 WATCH_S = 0.25
 """How often the command looks at the scheduler to report a change of lead."""
@@ -32,6 +32,21 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         metavar="MODULE:ATTRIBUTE",
         help="where the app's list of tasks is, e.g. myapp.jobs:TASKS",
     )
+    p.add_argument(
+        "--done-retention",
+        metavar="DURATION",
+        help="keep done rows this long, then the hourly x.purge deletes them (default 14d)",
+    )
+    p.add_argument(
+        "--dead-retention",
+        metavar="DURATION",
+        help="keep dead, failed and cancelled rows this long (default 90d)",
+    )
+    p.add_argument(
+        "--no-purge",
+        action="store_true",
+        help="do not run the built-in hourly x.purge (retention) in this scheduler",
+    )
 
 
 async def cmd_scheduler(inv: Invocation) -> Answer:
@@ -40,12 +55,25 @@ async def cmd_scheduler(inv: Invocation) -> Answer:
     tasks = app_tasks(inv.args.app)
     driver = await inv.driver()
     with swap_adapter(JOB_DRIVER, driver), stop_signals() as (stop, received):
-        scheduler = task_scheduler(tasks=tasks, driver=driver)
+        scheduler = task_scheduler(
+            tasks=tasks,
+            driver=driver,
+            purge=not inv.args.no_purge,
+            done_retention=inv.args.done_retention,
+            dead_retention=inv.args.dead_retention,
+        )
         try:
             await scheduler.start()
+            kept = scheduler.retention
+            purging = (
+                "no x.purge"
+                if kept is None
+                else f"x.purge hourly (done kept {format_duration(kept.done_ms)}, dead "
+                f"{format_duration(kept.dead_ms)})"
+            )
             inv.progress(
                 f"x scheduler: {scheduler.id}, {len(tasks)} task(s) from {inv.args.app} on the "
-                f"{driver.name} driver; SIGTERM or Ctrl-C stops it"
+                f"{driver.name} driver, {purging}; SIGTERM or Ctrl-C stops it"
             )
             leading = None
             while not stop.is_set():

@@ -11,13 +11,11 @@ command exits once the drain ends.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ultimat3.core import XError, swap_adapter
@@ -25,11 +23,12 @@ from ultimat3.jobs.adapter import JOB_DRIVER, to_json_dict
 from ultimat3.jobs.cli._invocation import Commands, Invocation
 from ultimat3.jobs.cli._logging import check_log_options, root_logging
 from ultimat3.jobs.cli._output import Answer
+from ultimat3.jobs.cli._relay import add_relay_arguments, open_relay
+from ultimat3.jobs.cli._signals import STOP_SIGNALS, stop_signals
 
 if TYPE_CHECKING:
     from ultimat3.jobs import JobWorker
 
-STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 _APP_FIX: Final = (
     "pass --app myapp.jobs:JOBS, where JOBS = [onboard_org, send_digest] (or one job: "
     "--app myapp.jobs:onboard_org)"
@@ -71,6 +70,13 @@ def register(root: Commands, common: argparse.ArgumentParser) -> None:
         help="text (one line a record, default) or json (one object a line, the event's fields "
         "as keys)",
     )
+    p.add_argument(
+        "--relay",
+        action="store_true",
+        help="run the outbox relay loop in this process too (the --outbox-* and --relay-* "
+        "flags; see x relay --help)",
+    )
+    add_relay_arguments(p)
     p.add_argument(
         "--metrics-port",
         type=int,
@@ -144,39 +150,6 @@ def parse_queues(text: str | None) -> list[str] | None:
     return queues
 
 
-@contextlib.contextmanager
-def stop_signals(
-    signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
-    *,
-    on_again: Callable[[str], None] | None = None,
-) -> Iterator[tuple[asyncio.Event, list[str]]]:
-    """While the block runs, ``signals`` set the yielded event and append their names to the
-    yielded list (a repeat calls ``on_again`` with its name); the handlers are removed after.
-    Where the loop cannot take handlers (not the main thread, Windows), none is installed."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        if received and on_again is not None:
-            on_again(sig.name)
-        received.append(sig.name)
-        stop.set()
-
-    installed: list[signal.Signals] = []
-    for sig in signals:
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / Windows
-            continue
-        installed.append(sig)
-    try:
-        yield stop, received
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-
-
 async def serve(
     worker: JobWorker,
     *,
@@ -241,9 +214,19 @@ async def _run_worker(inv: Invocation, jobs: list[Any], queues: list[str] | None
             f"x worker: {len(jobs)} job(s) from {a.app} on the {driver.name} driver, "
             f"queues {', '.join(worker.queues)}"
         )
-        received = await serve(worker, progress=inv.progress)
+        relay = None
+        if a.relay:
+            relay = await open_relay(inv, driver)
+            inv.progress(f"x worker: relaying the outbox of {relay.where}")
+        try:
+            received = await serve(worker, progress=inv.progress)
+        finally:
+            if relay is not None:
+                await relay.close()
     stats = worker.stats()
-    data = {"app": a.app, "signal": received, "stats": to_json_dict(stats)}
+    data: dict[str, Any] = {"app": a.app, "signal": received, "stats": to_json_dict(stats)}
+    if relay is not None:
+        data["relay"] = to_json_dict(relay.loop.stats())
     return Answer(
         data,
         f"x worker: stopped after {received}: {stats.completed} completed, {stats.retried} "

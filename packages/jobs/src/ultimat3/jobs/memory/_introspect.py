@@ -21,6 +21,7 @@ from ultimat3.jobs.adapter import (
     StepRecord,
     TaskFire,
     WorkerRow,
+    check_cancellable_state,
     check_name,
     check_page,
     check_requeueable_state,
@@ -277,6 +278,31 @@ class MemoryJobIntrospection:
         row.clear_lease()
         self._s.move(row, "cancelled", now)
         return row.row()
+
+    async def cancel_many(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        name: str | None = None,
+        tenant_id: str | None = None,
+        reason: str | None = None,
+    ) -> BulkResult:
+        """Cancels up to ``MAX_BULK_ROWS`` live rows in ``state``, oldest first; each as
+        ``cancel`` would."""
+        check_cancellable_state(state)
+        matched = self._matching(state, queue, name, tenant_id)
+        now = self._s.now_ms()
+        error = XError("X_ABORTED", reason or "cancelled by an operator").to_dict()
+        frozen = freeze(error, what="the cancel reason")
+        for row in matched[:MAX_BULK_ROWS]:
+            row.last_error_json = frozen
+            row.finished_at_ms = now
+            row.wait_event = None
+            row.clear_lease()
+            self._s.move(row, "cancelled", now)
+        affected = min(len(matched), MAX_BULK_ROWS)
+        return BulkResult(affected=affected, remaining=len(matched) - affected)
 
     def _promotable(self, row: MemRow, now: int) -> bool:
         return row.state == "delayed" or (row.state == "ready" and row.run_at_ms > now)

@@ -26,6 +26,7 @@ from ultimat3.jobs.adapter import (
     StepRecord,
     TaskFire,
     WorkerRow,
+    check_cancellable_state,
     check_name,
     check_page,
     check_requeueable_state,
@@ -277,6 +278,32 @@ class PostgresJobIntrospection:
             fix=f"x jobs show {job_id} --json shows how it ended",
             meta={"job_id": job_id, "state": state},
         )
+
+    async def cancel_many(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        name: str | None = None,
+        tenant_id: str | None = None,
+        reason: str | None = None,
+    ) -> BulkResult:
+        """Cancels up to ``MAX_BULK_ROWS`` live rows in ``state``, oldest first, in one
+        statement; each as ``cancel`` would."""
+        check_cancellable_state(state)
+        error = XError("X_ABORTED", reason or "cancelled by an operator").to_dict()
+        row = await self._db.fetchone(
+            "cancel_many",
+            {
+                **_filters(queue, name, tenant_id),
+                "state": state,
+                "limit": MAX_BULK_ROWS,
+                "error": to_json_text(error, what="the cancel reason"),
+            },
+            what=f"cancelling {state} jobs",
+        )
+        assert row is not None
+        return BulkResult(affected=int(row[0]), remaining=int(row[1]))
 
     async def _state(self, job_id: str) -> str:
         row = await self._db.fetchone("job_state", {"id": job_id}, what=f"reading job {job_id}")

@@ -5,18 +5,20 @@ Postgres transaction the job driver cannot join (a driver on another database, R
 are the relay's to publish; rolled back, they never existed. The relay claims a batch in staging
 order (leased, ``FOR UPDATE SKIP LOCKED``: two relays never share a row), publishes it with
 ``driver.enqueue_many`` and deletes it with ``mark_published_many``. Rows keep the job ids they
-were staged with, so a batch republished after a crash adds no job.
+were staged with, so a batch republished after a crash adds no job. ``start_wake`` is the relay
+loop's LISTEN session on the stage's commit notification (``_outbox_wake``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ultimat3.core import XError
 from ultimat3.jobs.adapter import EnqueueRequest
 from ultimat3.jobs.postgres._db import Conn, Database, Pool, is_psycopg_async_connection
+from ultimat3.jobs.postgres._outbox_wake import OutboxWake
 from ultimat3.jobs.postgres._rows import check_text, check_uuid, json_form
 
 
@@ -130,6 +132,15 @@ class PostgresOutboxStore:
             await self._db.rowcount(
                 "outbox_release", {"ids": _ids(row_ids)}, what="releasing outbox rows"
             )
+
+    async def start_wake(
+        self, on_wake: Callable[[], object], *, probe_every_s: float = 30.0
+    ) -> OutboxWake:
+        """Start a LISTEN session on this outbox's stage channel: ``on_wake()`` runs when a
+        stage commits (the relay loop passes at once). ``await wake.stop()``."""
+        wake = OutboxWake(self._db, on_wake, probe_every_s=probe_every_s)
+        await wake.start()
+        return wake
 
     async def close(self) -> None:
         await self._db.close()

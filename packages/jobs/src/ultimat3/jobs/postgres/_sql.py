@@ -164,6 +164,7 @@ def compile_queries(schema: str) -> MappingProxyType[str, str]:
     fills["channel_ident"] = sql.Identifier(wake_channel(schema))
     fills["settle_channel_ident"] = sql.Identifier(settle_channel(schema))
     fills["outbox_channel"] = sql.Literal(outbox_channel(schema))
+    fills["outbox_channel_ident"] = sql.Identifier(outbox_channel(schema))
     fills["settle_channel"] = sql.Literal(settle_channel(schema))
     fills["event_note"] = sql.Literal(EVENT_NOTE)
     fills["counter_bucket_ms"] = _int_array(tuple(b for b, _ in COUNTER_TIERS))

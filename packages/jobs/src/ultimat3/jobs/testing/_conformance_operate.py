@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from typing import Any
 
 from ultimat3.core import XError, new_id
 from ultimat3.jobs.adapter import (
     MAX_BULK_ROWS,
+    BulkCanceller,
     JobDriver,
     TaskFirer,
     WorkerRegistry,
@@ -145,6 +147,32 @@ class OperateConformance(ConformanceBase):
             await intro.cancel(ghost)
         totals = await intro.counters(job=name, since_ms=since)
         assert sum(r.done + r.dead + r.failed + r.retried for r in totals) == 0, "not a settle"
+
+    async def test_cancel_many_cancels_the_matching_live_rows_and_is_bounded(
+        self, driver: JobDriver
+    ) -> None:
+        found: object = self.introspect(driver)
+        if not isinstance(found, BulkCanceller):
+            return
+        intro: Any = found  # a JobIntrospection that also cancels by filter
+        q, other = uniq("q"), uniq("q")
+        for i in range(MAX_BULK_ROWS + 3):
+            await driver.enqueue(self.req(q, key=f"k{i}"))
+        await driver.enqueue(self.req(other, key="kept"))
+        held = await self.claim_one(driver, q, vt=self.visibility_timeout_ms)
+        first = await intro.cancel_many(state="ready", queue=q, reason="queue retired")
+        assert (first.affected, first.remaining) == (MAX_BULK_ROWS, 2)
+        second = await intro.cancel_many(state="ready", queue=q)
+        assert (second.affected, second.remaining) == (2, 0)
+        assert await self.counts(driver, q) == {"running": 1, "cancelled": MAX_BULK_ROWS + 2}
+        assert await self.counts(driver, other) == {"ready": 1}, "another queue is untouched"
+        running = await intro.cancel_many(state="running", queue=q)
+        assert (running.affected, running.remaining) == (1, 0)
+        assert not await driver.ack(held.id, **held_by(held)), "its claim is void"
+        row = await intro.show(held.id)
+        assert row.last_error is not None and row.last_error["code"] == "X_ABORTED"
+        async with refused("X_JOB_NOT_CANCELLABLE", "done"):
+            await intro.cancel_many(state="done", queue=q)
 
     async def test_promote_runs_a_waiting_job_now(self, driver: JobDriver) -> None:
         intro = self.introspect(driver)

@@ -191,6 +191,44 @@ WHERE j.id = %(id)s::uuid
   AND j.state IN ('ready', 'delayed', 'running', 'suspended')
 RETURNING {job_columns}
 
+-- name: cancel_many
+-- Up to %(limit)s live rows in one state, oldest first, cancelled as `cancel` does; answers what
+-- it cancelled and how many matching rows are left.
+WITH doomed AS MATERIALIZED (
+    SELECT j.id
+    FROM {x_jobs} j
+    WHERE j.state = %(state)s::text
+      AND j.state IN ('ready', 'delayed', 'running', 'suspended')
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+    ORDER BY j.created_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+cancelled AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'cancelled',
+        last_error = %(error)s::jsonb,
+        finished_at = now(),
+        wait_event = NULL,
+        worker_id = NULL,
+        claim = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM doomed))
+    RETURNING 1
+),
+matching AS (
+    SELECT count(*) AS n
+    FROM {x_jobs} j
+    WHERE j.state = %(state)s::text
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(name)s::text IS NULL OR j.name = %(name)s::text)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s::text)
+)
+SELECT (SELECT count(*) FROM cancelled), (SELECT n FROM matching) - (SELECT count(*) FROM cancelled)
+
 -- name: promote
 -- A row waiting on its run_at (delayed, or ready backing off) becomes due now.
 WITH moved AS (

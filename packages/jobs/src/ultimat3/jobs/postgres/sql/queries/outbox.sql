@@ -35,3 +35,11 @@ DELETE FROM {x_outbox} AS o WHERE o.id = ANY (%(ids)s::bigint[])
 
 -- name: outbox_release
 UPDATE {x_outbox} AS o SET leased_until = NULL WHERE o.id = ANY (%(ids)s::bigint[])
+
+-- name: outbox_listen
+-- The relay's LISTEN session (OutboxWake): an idle relay passes when a stage commits.
+LISTEN {outbox_channel_ident}
+
+-- name: outbox_probe
+-- The wake's proof, sent through the store's pool: it must come back on the LISTEN session.
+SELECT pg_notify({outbox_channel}, %(token)s)
