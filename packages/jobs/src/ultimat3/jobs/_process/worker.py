@@ -7,9 +7,11 @@ offering ``start_wake`` (``QueueWake``: the Postgres LISTEN session, Redis pub/s
 by ``start()`` with ``wake`` and stopped with the worker.
 ``max_in_flight`` caps the process across every queue: a pass splits its room over the queues
 (``ceil(room / queues left)``), hands what an empty queue leaves to the next, and starts after the
-last queue served, so no queue starves. With ``handle_signals=True`` SIGTERM drains: every held
-run's signal aborts with ``X_DRAINING``; a body that stops is handed back with the attempt
-uncounted. ``stop()`` aborts nothing and waits for the work it holds.
+last queue served, so no queue starves. A run holds no connection of its own: every statement
+it sends (a step record, progress, a renewal) borrows one from the driver's pool and gives it
+back, so ``max_in_flight`` is independent of the pool's size. With ``handle_signals=True``
+SIGTERM drains: every held run's signal aborts with ``X_DRAINING``; a body that stops is handed
+back with the attempt uncounted. ``stop()`` aborts nothing and waits for the work it holds.
 """
 
 from __future__ import annotations
@@ -61,8 +63,6 @@ CLAIM_GROWTH = 10
 claim asks for twice the last, up to ``CLAIM_GROWTH * claim_batch`` rows."""
 WAKE_PROVEN_IDLE_MS = 5000
 """The idle poll's ceiling while the driver's wake is proven (``jobs.wake.live``)."""
-WORKER_CONNECTIONS = 2
-"""Connections a worker uses besides one per run in flight: its claims, its batched renewals."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,19 +348,6 @@ class JobWorker:
                 f"or drop concurrency from {', '.join(capped)}",
                 meta={"jobs": capped, "driver": driver.name},
             )
-        pool = getattr(driver, "pool_size", None)  # a driver extra (Postgres)
-        if isinstance(pool, int) and self.max_in_flight is not None:
-            need, fits = self.max_in_flight + WORKER_CONNECTIONS, pool - WORKER_CONNECTIONS
-            if pool < need:
-                raise XError(
-                    "X_CONFIG_INVALID",
-                    f"the job driver's pool holds at most {pool} connections, but "
-                    f"max_in_flight={self.max_in_flight} runs (one each) and the worker's own "
-                    f"{WORKER_CONNECTIONS} (claims, renewals) need {need}",
-                    fix=f"postgres_job_driver(..., max_size={need})"
-                    + (f", or max_in_flight={fits} or less" if fits > 0 else ""),
-                    meta={"pool_size": pool, "max_in_flight": self.max_in_flight, "needed": need},
-                )
 
     async def start(self) -> None:
         """Check the configuration, register, and start polling (returns at once)."""
