@@ -94,6 +94,7 @@ class PostgresJobDriver:
         )
         self._stepless = Stepless()
         self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
+        self._next_due: dict[str, int] = {}
         self._steps = PostgresStepStore(self._db, self._stepless)
         self.leases = PostgresLeaseStore(self._db)
         self._settle_watch = PostgresSettleWatch(self._db)
@@ -250,7 +251,11 @@ class PostgresJobDriver:
             what=f"claim by worker {worker_id}",
         )
         claimed: list[ClaimedJob] = []
+        self._next_due.pop(worker_id, None)
         for r in rows:
+            if r[0] == "next":
+                self._next_due[worker_id] = max(0, int(r[9]))
+                continue
             if r[0] == "buried":
                 log_event(
                     "jobs.claim.exhausted",
@@ -301,6 +306,11 @@ class PostgresJobDriver:
                 )
             )
         return claimed
+
+    def take_next_due(self, worker_id: str) -> int | None:
+        """``DueReporter``: the ms until the earliest row of ``worker_id``'s last claim's queues
+        that falls due later (read by the claim statement itself), or ``None``."""
+        return self._next_due.pop(worker_id, None)
 
     def take_exhausted(self) -> list[ExhaustedJob]:
         """``ExhaustionReporter``: the rows this driver's claims buried since the last call."""
