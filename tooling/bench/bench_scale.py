@@ -219,7 +219,7 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"--- run {rep} of {args.repeat}", flush=True)
         loads.append(os.getloadavg()[0])
         if "drain" in wanted:
-            for name in ("ultimat3", "pgqueuer"):
+            for name in args.systems.split(","):
                 if name == "ultimat3":
                     os.environ[OVERRIDES_ENV] = '{"max_in_flight": 20}'
                 db = db_name(name)
@@ -228,13 +228,20 @@ async def main_async(args: argparse.Namespace) -> int:
                     out = await measure_drain(SYSTEMS[name](), admin, db, dsn, args.jobs, False)
                 finally:
                     os.environ.pop(OVERRIDES_ENV, None)
-                add(f"drain.{name}", {"jobs_per_s": float(out["drain"] or 0)})
+                add(
+                    f"drain.{name}",
+                    {
+                        "jobs_per_s": float(out["drain"] or 0),
+                        "statements_per_job": float(out["statements"] or 0),
+                        "commits_per_job": float(out["commits"] or 0),
+                    },
+                )
         if "io" in wanted:
             add("io.ultimat3", await measure_io(await fresh_db(admin, db_name("io"))))
         for label, spacing in (("stream", 0.020), ("idle", 0.300)):
             if label not in wanted:
                 continue
-            for name in ("ultimat3", "pgqueuer"):
+            for name in args.systems.split(","):
                 dsn = await fresh_db(admin, db_name(name))
                 out = await measure_pickup(SYSTEMS[name](), dsn, spacing)
                 add(f"{label}.{name}", out)
@@ -276,6 +283,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--jobs", type=int, default=10_000, help="no-op jobs to drain")
     p.add_argument("--only", default="drain,io,stream,idle,due")
+    p.add_argument("--systems", default="ultimat3,pgqueuer", help="for drain / stream / idle")
     args = p.parse_args()
     return asyncio.run(main_async(args))
 
