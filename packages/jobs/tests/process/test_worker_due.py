@@ -123,7 +123,9 @@ async def test_an_idle_worker_sends_no_statement_between_events(
         await _until(lambda: 3 in started)
         await asyncio.sleep(1.0)
         claims = statements["claim"]
-        assert 2 <= claims <= 4, statements  # the wake's, the timer's, the one after the run
+        # the wake's, the timer's, the one after the run (and one more should the timer beat
+        # the database's clock by a hair): a handful, where a 20 ms poll would send ~75
+        assert 2 <= claims <= 6, statements
         statements.clear()
         await asyncio.sleep(2.0)
         assert statements["claim"] == 0, statements
