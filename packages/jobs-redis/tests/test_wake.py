@@ -70,21 +70,23 @@ async def test_a_listener_wakes_only_for_its_queues_and_every_due_making_change(
     try:
         await until("the first wake after subscribing", lambda: listener.woken == 1)
         await driver.enqueue(req(queue="other"))
-        await driver.enqueue(req(queue="mail", delay_ms=60_000))  # delayed: not due
         await asyncio.sleep(0.1)
         assert listener.woken == 1
+        # delayed: announced too, so the worker's claim reads when it falls due (its due timer)
+        await driver.enqueue(req(queue="mail", delay_ms=60_000))
+        await until("the delayed enqueue's wake", lambda: listener.woken == 2)
         await driver.enqueue_many([req(queue="mail"), req(queue="mail")])  # one announce
-        await until("the enqueue wake", lambda: listener.woken == 2)
+        await until("the enqueue wake", lambda: listener.woken == 3)
         (job,) = await driver.claim(queues=["mail"], limit=1, worker_id="w",
                                     visibility_timeout_ms=60_000)  # fmt: skip
         assert await driver.nack(job.id, worker_id="w", claim=job.claim, outcome="release")
-        await until("the release wake", lambda: listener.woken == 3)
+        await until("the release wake", lambda: listener.woken == 4)
         await driver.introspect.pause_queue("mail")
         await driver.introspect.resume_queue("mail")
-        await until("the resume wake", lambda: listener.woken == 4)
+        await until("the resume wake", lambda: listener.woken == 5)
     finally:
         await listener.stop()
-    assert len(pokes) == listener.woken == 4
+    assert len(pokes) == listener.woken == 5
 
 
 async def test_the_listener_rides_out_a_redis_restart(redis_server: Any, req: Req) -> None:

@@ -215,7 +215,7 @@ async def test_concurrent_enqueues_of_one_key_make_one_job(pg_driver: PostgresJo
     assert stats.ready == 1 + 1 + 10
 
 
-async def test_a_ready_enqueue_notifies_its_queue_on_commit_only(
+async def test_an_enqueue_notifies_its_queue_on_commit_only(
     pg_driver: PostgresJobDriver, database_url: str, pg_schema: str
 ) -> None:
     channel = wake_channel(pg_schema)
@@ -226,6 +226,7 @@ async def test_a_ready_enqueue_notifies_its_queue_on_commit_only(
             await conn.rollback()
             await pg_driver.enqueue(req(2, queue="kept"), connection=conn)
             await conn.commit()
+        # a delayed row notifies too: the woken worker's claim reads when it falls due
         await pg_driver.enqueue(req(3, queue="later", delay_ms=60_000))
         await pg_driver.enqueue(req(4, queue="direct"))
         # inside the queue's window it goes silent, and one trailing notification follows its
@@ -235,7 +236,7 @@ async def test_a_ready_enqueue_notifies_its_queue_on_commit_only(
         async for note in listener.notifies(timeout=0.5):
             assert note.channel == channel
             got.append(note.payload)
-    assert got == ["kept", "direct", "direct"]
+    assert got == ["kept", "later", "direct", "direct"]
 
 
 async def test_the_driver_reads_the_database_clock(pg_driver: PostgresJobDriver) -> None:

@@ -149,26 +149,41 @@ async def _fill(counts: dict[str, int]) -> dict[str, Any]:
     return jobs
 
 
-async def test_a_pass_splits_its_room_over_the_queues(driver: EngineDriver) -> None:
+async def test_a_pass_is_one_claim_serving_the_queues_in_turn(driver: EngineDriver) -> None:
     gate.clear()
     jobs = await _fill({"a": 5, "b": 0, "c": 5})
     spy = ClaimSpy(driver)
     w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=4, handle_signals=False)
     assert await w.run_pass() == 4
-    # ceil(4/3)=2 for a; the empty b hands its share on; c gets ceil(2/1)=2
-    assert spy.claims == [(("a",), 2), (("b",), 1), (("c",), 2)]
+    # ONE claim for the three queues: the first of a and of c, then the second of each (the
+    # empty b's share goes to the others)
+    assert spy.claims == [(("a", "b", "c"), 4)]
+    assert sorted(c.queue for c in await _held(driver, w)) == ["a", "a", "c", "c"]
     assert w.stats().in_flight == 4
     assert await w.run_pass() == 0  # at the cap: claims nothing
-    assert len(spy.claims) == 3
+    assert len(spy.claims) == 1
     gate.set()
     await w.wait_idle()
     spy.claims.clear()
     gate.clear()
     await w.run_pass()
     # starts after the last queue served (c), so a comes first again
-    assert spy.claims[0] == (("a",), 2)
+    assert spy.claims == [(("a", "b", "c"), 4)]
     gate.set()
     await w.wait_idle()
+
+
+async def _held(driver: EngineDriver, w: Any) -> list[Any]:
+    return [await driver.introspect.show(job_id) for job_id in w.held()]
+
+
+async def test_an_idle_pass_over_n_queues_is_one_claim(driver: EngineDriver) -> None:
+    """Issue 16: an idle pass with max_in_flight set and N queues sends one claim, not N."""
+    jobs = {q: _job(q) for q in ("q1", "q2", "q3", "q4", "q5")}
+    spy = ClaimSpy(driver)
+    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=8, handle_signals=False)
+    assert await w.run_pass() == 0
+    assert spy.claims == [(("q1", "q2", "q3", "q4", "q5"), 8)]
 
 
 async def test_no_queue_starves_the_next_pass_starts_after_the_last_served(
@@ -208,17 +223,17 @@ async def test_an_idle_worker_woken_for_a_queue_claims_that_queue_first(
         )
 
     jobs = {q: holding(q) for q in ("wake-a", "wake-b", "wake-c")}
-    await jobs["wake-c"].enqueue_many([{"n": i} for i in range(3)])
+    await jobs["wake-c"].enqueue_many([{"n": i} for i in range(2)])
     spy = ClaimSpy(driver)
-    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=2, handle_signals=False)
+    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=3, handle_signals=False)
     try:
         w.wake("wake-c")
-        assert await w.run_pass() == 1
-        assert spy.claims[0] == (("wake-c",), 1)
-        w.wake("wake-a")  # a run is held: the rotation goes on after wake-c
+        assert await w.run_pass() == 2
+        assert spy.claims == [(("wake-c", "wake-a", "wake-b"), 3)]
+        w.wake("wake-b")  # runs are held: the rotation goes on after wake-c
         spy.claims.clear()
-        assert await w.run_pass() == 1
-        assert [q for (q,), _ in spy.claims] == ["wake-a", "wake-b", "wake-c"]
+        assert await w.run_pass() == 0
+        assert spy.claims == [(("wake-a", "wake-b", "wake-c"), 1)]
     finally:
         held.set()
         await w.wait_idle()

@@ -87,7 +87,7 @@ def counting_job(seen: list[int]) -> Any:
 
 def test_the_optional_members_are_declared() -> None:
     memory = memory_job_driver()
-    assert driver_wake(memory) is None  # the memory driver pushes nothing
+    assert driver_wake(memory) is memory  # its enqueues wake an idle worker in-process
     assert isinstance(memory, DriverEventBus)
     assert driver_event_bus(memory) is memory.event_bus() is memory.event_bus()
     assert isinstance(WakingDriver(memory), QueueWake)

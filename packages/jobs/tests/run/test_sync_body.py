@@ -76,6 +76,10 @@ async def test_a_sync_body_hears_its_timeout_through_the_signal(engine: Engine) 
     row = await engine.driver.introspect.show(queued.id)
     assert row.state == "dead" and row.last_error is not None
     assert row.last_error["code"] == "X_JOB_TIMEOUT"
+    for _ in range(500):  # the body's thread checks its signal every 5 ms: it may trail the settle
+        if "heard" in SEEN:
+            break
+        await asyncio.sleep(0.01)
     assert SEEN["heard"] == "X_JOB_TIMEOUT"
 
 

@@ -186,6 +186,7 @@ class RedisJobDriver:
         self.backfills = RedisBackfillLedger(self._r)
         self.redactions = RedisRedactionCatalog(self._r)
         self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
+        self._next_due: dict[str, int] = {}
         self.guard = ServerGuard(
             client, prefix, allow_eviction=allow_eviction, timeout_s=command_timeout
         )
@@ -374,6 +375,11 @@ class RedisJobDriver:
             op="claim",
         )
         now = int(reply[0])
+        later = reply[3] if len(reply) > 3 else None
+        if later is None:
+            self._next_due.pop(worker_id, None)
+        else:
+            self._next_due[worker_id] = max(0, int(later))
         stepless = self._stepless
         for c in reply[1]:
             if not c[14]:
@@ -557,6 +563,11 @@ class RedisJobDriver:
         if self._owns_client:
             closer: Any = getattr(self._client, "aclose", None) or self._client.close  # redis 5.0.0
             await closer()
+
+    def take_next_due(self, worker_id: str) -> int | None:
+        """``DueReporter``: the ms until the earliest waiting row of ``worker_id``'s last
+        claim's queues that falls due later (read by the claim script itself), or ``None``."""
+        return self._next_due.pop(worker_id, None)
 
     async def start_wake(
         self, on_wake: Callable[[str], object], *, queues: Collection[str] | None = None

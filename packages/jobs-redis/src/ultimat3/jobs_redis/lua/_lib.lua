@@ -223,8 +223,8 @@ local _ = { now_ms, N, opt, lt, ixm, hgetall, load, held, move, forget_wait, del
 local ENQUEUE_ARGS = 13
 
 -- One request from ARGV[a] on, at the server's time `now` (`stamp` = N(now)). Answers the id and
--- run_id that hold it when it dedupes; else inserts the row and answers nil, nil and, when the
--- row is due now, its queue (for the caller to announce).
+-- run_id that hold it when it dedupes; else inserts the row and answers nil, nil and its queue
+-- (for the caller to announce, due now or later).
 local function enqueue_at(a, now, stamp)
   local id, queue, lk = ARGV[a], ARGV[a + 3], ARGV[a + 10]
   local live = P .. 'live'
@@ -301,10 +301,9 @@ local function enqueue_at(a, now, stamp)
     redis.call('SADD', P .. 'queues', queue)
   end
   redis.call('ZADD', P .. 'w:' .. queue, run_stamp, id)
-  if state == 'ready' then
-    return nil, nil, queue
-  end
-  return nil, nil, nil
+  -- announced whether due now or later: a delayed row wakes the worker, whose claim reads when
+  -- it falls due (its due timer)
+  return nil, nil, queue
 end
 
 -- enqueue.lua: one request from ARGV[1] on. Answers 0 for a new row (the caller knows its id

@@ -6,7 +6,8 @@
 -- handed out. Answers {now, claimed rows, buried rows}; a claimed row ends with 1 when the job
 -- has a step recorded, else 0 (its first steps.load then needs no round trip); a buried row is
 -- {id, name, queue, attempts, max_attempts, state, lapsed worker, run_id, payload, tenant_id or
--- false, last_error}.
+-- false, last_error}, then the ms until the next waiting row falls due (or false). The queues
+-- are served in turn: the first due row of each queue in the order named, then the second, ...
 local worker, limit, vt, nonce, template = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local nq = tonumber(ARGV[6])
 local nodead = {}
@@ -30,7 +31,7 @@ local cands, lapsed, seen = {}, {}, {}
 for i = 1, nq do
   local q = ARGV[6 + i]
   if not seen[q] and redis.call('SISMEMBER', P .. 'pq', q) == 0 then
-    seen[q] = true
+    seen[q] = i
     local due = redis.call('ZRANGEBYSCORE', P .. 'w:' .. q, '-inf', N(now), 'WITHSCORES', 'LIMIT', 0, limit)
     for j = 1, #due, 2 do
       cands[#cands + 1] = { id = due[j], at = tonumber(due[j + 1]), q = q }
@@ -70,7 +71,23 @@ for k = 1, math.min(limit, #lapsed) do
   end
 end
 
+-- the queues in turn: the first due row of each queue (in the order named), then the second...
 table.sort(cands, before)
+local rank = {}
+for c = 1, #cands do
+  local q = cands[c].q
+  rank[q] = (rank[q] or 0) + 1
+  cands[c].rank = rank[q]
+end
+table.sort(cands, function(a, b)
+  if a.rank ~= b.rank then
+    return a.rank < b.rank
+  end
+  if seen[a.q] ~= seen[b.q] then
+    return seen[a.q] < seen[b.q]
+  end
+  return before(a, b)
+end)
 local claimed = {}
 local k = 0
 for c = 1, #cands do
@@ -101,4 +118,22 @@ for c = 1, #cands do
       f[8], f[9], f[10], f[14], f[15] and 1 or 0 }
   end
 end
-return { now, claimed, buried }
+-- fewer than the limit handed out: the ms until the earliest waiting row of these queues that
+-- falls due later (the worker's due timer), else false
+local later = false
+if #claimed < limit then
+  for q, _ in pairs(seen) do
+    local nxt = redis.call('ZRANGEBYSCORE', P .. 'w:' .. q, '(' .. N(now), '+inf', 'WITHSCORES',
+      'LIMIT', 0, 1)
+    if #nxt > 0 then
+      local at = tonumber(nxt[2])
+      if later == false or at < later then
+        later = at
+      end
+    end
+  end
+  if later ~= false then
+    later = later - now
+  end
+end
+return { now, claimed, buried, later }

@@ -5,18 +5,23 @@ Polling waits ``poll_interval_ms`` while passes find work, doubling up to ``idle
 while they do not (to 5 s while the driver's wake is proven); ``wake()`` passes at once. A driver
 offering ``start_wake`` (``QueueWake``: the Postgres LISTEN session, Redis pub/sub) has it started
 by ``start()`` with ``wake`` and stopped with the worker.
-``max_in_flight`` caps the process across every queue: a pass splits its room over the queues
-(``ceil(room / queues left)``), hands what an empty queue leaves to the next, and starts after the
-last queue served, so no queue starves. With ``handle_signals=True`` SIGTERM drains: every held
-run's signal aborts with ``X_DRAINING``; a body that stops is handed back with the attempt
-uncounted. ``stop()`` aborts nothing and waits for the work it holds.
+``max_in_flight`` caps the process across every queue: a pass is ONE claim for every queue, which
+the driver serves in turn (the first due row of each queue, then the second, ...: an empty
+queue's share goes to the others), starting after the last queue served, so no queue starves.
+A claim also reads when its queues' next work falls due, and a run that suspends or retries says
+when it does: the worker keeps the earliest such instant and arms one timer for it
+(``note_due``), so a delayed job or a ``step.sleep`` starts on time with no faster polling.
+A run holds no connection of its own: every statement it sends (a step record, progress, a
+renewal) borrows one from the driver's pool and gives it back, so ``max_in_flight`` is
+independent of the pool's size. With ``handle_signals=True``
+SIGTERM drains: every held run's signal aborts with ``X_DRAINING``; a body that stops is handed
+back with the attempt uncounted. ``stop()`` aborts nothing and waits for the work it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import random
 import signal as os_signal
@@ -44,6 +49,7 @@ from ultimat3.jobs._run.outcome import (
 )
 from ultimat3.jobs.adapter import (
     ClaimedJob,
+    DueReporter,
     ExhaustedJob,
     ExhaustionReporter,
     declared_paths,
@@ -58,13 +64,14 @@ if TYPE_CHECKING:
     from ultimat3.jobs._declare.job import Job
     from ultimat3.jobs.adapter import EventBus, JobDriver, WakeHandle
 
+DUE_MARGIN_S = 0.002
+"""The due timer fires this long after the instant a claim or a suspension named (the database's
+clock and the loop's read a moment apart): on time, not a claim too early."""
 CLAIM_GROWTH = 10
 """Without a cap, while the queue holds a backlog of runs that end before the next pass, each
 claim asks for twice the last, up to ``CLAIM_GROWTH * claim_batch`` rows."""
 WAKE_PROVEN_IDLE_MS = 5000
 """The idle poll's ceiling while the driver's wake is proven (``jobs.wake.live``)."""
-WORKER_CONNECTIONS = 2
-"""Connections a worker uses besides one per run in flight: its claims, its batched renewals."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,8 @@ class WorkerStats:
     released: int = 0
     leases_lost: int = 0
     abandoned: int = 0
+    due_wakes: int = 0
+    """Passes the due timer started (a delayed job, a sleeping run, a backoff falling due)."""
 
 
 def _config_error(message: str, fix: str) -> XError:
@@ -309,6 +318,12 @@ class JobWorker:
         """Every body claimed had ended at some moment since the last pass."""
         self._woken = False
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        """What ends the loop's wait: the poll, or the due timer when that comes first."""
+        self._due_at: float | None = None
+        """The loop time at which the earliest work this worker knows of falls due."""
+        self._noted_at: float | None = None
+        """The earliest due instant noted since the last claim was sent."""
         self._loop_task: asyncio.Task[None] | None = None
         self._signal_loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -350,19 +365,6 @@ class JobWorker:
                 f"or drop concurrency from {', '.join(capped)}",
                 meta={"jobs": capped, "driver": driver.name},
             )
-        pool = getattr(driver, "pool_size", None)  # a driver extra (Postgres)
-        if isinstance(pool, int) and self.max_in_flight is not None:
-            need, fits = self.max_in_flight + WORKER_CONNECTIONS, pool - WORKER_CONNECTIONS
-            if pool < need:
-                raise XError(
-                    "X_CONFIG_INVALID",
-                    f"the job driver's pool holds at most {pool} connections, but "
-                    f"max_in_flight={self.max_in_flight} runs (one each) and the worker's own "
-                    f"{WORKER_CONNECTIONS} (claims, renewals) need {need}",
-                    fix=f"postgres_job_driver(..., max_size={need})"
-                    + (f", or max_in_flight={fits} or less" if fits > 0 else ""),
-                    meta={"pool_size": pool, "max_in_flight": self.max_in_flight, "needed": need},
-                )
 
     async def start(self) -> None:
         """Check the configuration, register, and start polling (returns at once)."""
@@ -441,6 +443,7 @@ class JobWorker:
             released=c.get("release", 0),
             leases_lost=c.get("lost", 0),
             abandoned=c.get("abandoned", 0),
+            due_wakes=c.get("due_wakes", 0),
         )
 
     def held(self) -> list[str]:
@@ -469,7 +472,9 @@ class JobWorker:
         return max(0, self.max_in_flight - len(self._runs))
 
     async def run_pass(self) -> int:
-        """Claim what is due (within the room) and start running it; answers how many."""
+        """Claim what is due (within the room) and start running it; answers how many. ONE
+        claim statement for every queue served, whatever ``max_in_flight``: the driver serves
+        the queues in turn (``claim_order``), starting after the last queue served."""
         if self._stopping:
             return 0
         driver = self.driver
@@ -481,47 +486,69 @@ class JobWorker:
                 # a backlog, and the runs end faster than the passes claim: ask for more
                 limit = self._claim_size = min(limit * 2, CLAIM_GROWTH * self._claim_batch)
             self._caught_up = False
-            sent = self._claim_clock()
-            claimed = await driver.claim(
-                queues=list(self.queues),
-                limit=limit,
-                worker_id=self.id,
-                visibility_timeout_ms=self._settings.visibility_timeout_ms,
-                no_dead_letter=self._no_dead_letter,
-            )
-            self._buried(driver)
-            self._backlog = len(claimed) >= limit
-            if not self._backlog:
-                self._claim_size = self._claim_batch
-            self._spawn(claimed, sent)
-            return len(claimed)
-        asked = room
+        elif room <= 0:
+            return 0  # at the cap: nothing to claim
+        else:
+            limit = room
+        order = self.claim_order()
+        self._noted_at = None
+        sent = self._claim_clock()
+        claimed = await driver.claim(
+            queues=order,
+            limit=limit,
+            worker_id=self.id,
+            visibility_timeout_ms=self._settings.visibility_timeout_ms,
+            no_dead_letter=self._no_dead_letter,
+        )
+        self._buried(driver)
+        self._due_from_claim(driver)
+        self._backlog = len(claimed) >= limit
+        if room is None and not self._backlog:
+            self._claim_size = self._claim_batch
+        if claimed and room is not None:
+            served = {one.queue for one in claimed}
+            last = max(i for i, queue in enumerate(order) if queue in served)
+            self._next_queue = (self.queues.index(order[last]) + 1) % len(self.queues)
+        self._spawn(claimed, sent)
+        return len(claimed)
+
+    def claim_order(self) -> list[str]:
+        """The queues as this pass claims them: from ``_next_queue`` round (the driver hands out
+        the first due row of each in this order, then the second of each, ...)."""
         n = len(self.queues)
-        order = [(self._next_queue + i) % n for i in range(n)]
-        total = 0
-        last_served: int | None = None
-        for i, index in enumerate(order):
-            if room <= 0:
-                break
-            share = math.ceil(room / (n - i))
-            sent = self._claim_clock()
-            claimed = await driver.claim(
-                queues=[self.queues[index]],
-                limit=share,
-                worker_id=self.id,
-                visibility_timeout_ms=self._settings.visibility_timeout_ms,
-                no_dead_letter=self._no_dead_letter,
-            )
-            self._buried(driver)
-            if claimed:
-                last_served = index
-                self._spawn(claimed, sent)
-                room -= len(claimed)
-                total += len(claimed)
-        if last_served is not None:
-            self._next_queue = (last_served + 1) % n
-        self._backlog = total >= asked
-        return total
+        return [self.queues[(self._next_queue + i) % n] for i in range(n)]
+
+    # --- the due timer ------------------------------------------------------------------------
+
+    def _due_from_claim(self, driver: JobDriver) -> None:
+        """The claim read its queues' next due instant (``DueReporter``): it replaces what the
+        worker knew (the claim saw every queue it serves)."""
+        if not isinstance(driver, DueReporter):
+            return
+        in_ms = driver.take_next_due(self.id)
+        self._due_at = self._noted_at  # noted while the claim was out: it may not have seen it
+        if in_ms is not None:
+            self.note_due(in_ms)
+
+    def note_due(self, in_ms: int) -> None:
+        """Work falls due in ``in_ms`` (a claim read it, a run of this worker suspended or was
+        retried): keep the earliest such instant and arm the ONE timer for it."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + max(0, in_ms) / 1000 + DUE_MARGIN_S
+        if self._noted_at is None or at < self._noted_at:
+            self._noted_at = at
+        if self._due_at is not None and self._due_at <= at:
+            return
+        self._due_at = at
+        waiter, timer = self._waiter, self._timer
+        if waiter is not None and not waiter.done() and timer is not None and timer.when() > at:
+            timer.cancel()
+            self._timer = loop.call_at(at, self._due, waiter)
+
+    def _due(self, waiter: asyncio.Future[None]) -> None:
+        self._due_at = None
+        self._bump("due_wakes")
+        _resolve(waiter)
 
     async def wait_idle(self) -> None:
         """Wait until this worker holds no run."""
@@ -614,6 +641,8 @@ class JobWorker:
                 claim_sent=sent,
             )
             self._bump(outcome.outcome)
+            if outcome.due_in_ms is not None:
+                self.note_due(outcome.due_in_ms)
         except Exception as exc:  # a settle that raised: the lease lapses and is re-offered
             log_event(
                 "jobs.run.crashed",
@@ -667,11 +696,17 @@ class JobWorker:
         if not self._woken:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(seconds, _resolve, waiter)
+            due = self._due_at
+            if due is not None and due < loop.time() + seconds:
+                self._timer = loop.call_at(due, self._due, waiter)
+            else:
+                self._timer = loop.call_later(seconds, _resolve, waiter)
             try:
                 await waiter
             finally:
-                timer.cancel()
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = None
                 self._waiter = None
         self._woken = False
 

@@ -108,7 +108,8 @@ class Settles:
         if not landed:
             self._unowned("suspend")
         self._end(XError("X_ABORTED", "the attempt suspended"))
-        return self._outcome("suspend", landed=landed)
+        due_in = max(0, state.suspension.run_at_ms - state.now_ms())
+        return self._outcome("suspend", landed=landed, due_in_ms=due_in)
 
     async def _release(self, reason: XError | None, *, delay_ms: int | None = None) -> RunOutcome:
         """Hand the run back with the attempt uncounted: a drain, a lost slot, a busy cap."""
@@ -324,6 +325,8 @@ class Settles:
         landed: bool,
         error: Mapping[str, Any] | None = None,
         delay_ms: int | None = None,
+        due_in_ms: int | None = None,
     ) -> RunOutcome:
         c = self.claimed
-        return RunOutcome(c.id, c.name, c.queue, c.attempt, outcome, landed, error, delay_ms)
+        due = (due_in_ms if due_in_ms is not None else delay_ms) if landed else None
+        return RunOutcome(c.id, c.name, c.queue, c.attempt, outcome, landed, error, delay_ms, due)

@@ -71,3 +71,6 @@ class RunOutcome:
     landed: bool
     error: Mapping[str, Any] | None = None
     delay_ms: int | None = None
+    due_in_ms: int | None = None
+    """A ``retry``, ``release`` or ``suspend`` that landed: the ms until the run falls due again
+    (the worker arms its due timer for it)."""

@@ -168,6 +168,19 @@ class ExhaustionReporter(Protocol):
 
 
 @runtime_checkable
+class DueReporter(Protocol):
+    """Optional driver member: what a worker's last claim read of the work due LATER, so it arms
+    one timer for it instead of polling faster (a delayed job, a sleeping run, a retry backoff
+    starts within tens of ms of its due time)."""
+
+    def take_next_due(self, worker_id: str) -> int | None:
+        """Answer and forget the ms (from the moment ``worker_id``'s last claim was answered)
+        until the earliest row of its queues that falls due later; ``None`` when that claim
+        read none (no such row, or it handed out its whole limit)."""
+        ...
+
+
+@runtime_checkable
 class QueueSampler(Protocol):
     """Optional driver member: ``queue_depth`` / ``queue_demand`` for the worker's gauges. ONE
     set-based read of the store for every queue named (no write, no lock), each count capped at

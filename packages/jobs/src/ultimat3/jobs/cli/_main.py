@@ -175,12 +175,9 @@ def _cli_fix(exc: XError, args: argparse.Namespace, env: Mapping[str, str]) -> X
 
 
 def worker_pool_size(max_in_flight: object) -> int | None:
-    """A worker capped at N runs needs N connections plus its own (claims, renewals): ``x worker
-    --max-in-flight N`` sizes the pool it opens instead of refusing a too-small default."""
-    if isinstance(max_in_flight, int) and not isinstance(max_in_flight, bool) and max_in_flight > 0:
-        from ultimat3.jobs._process.worker import WORKER_CONNECTIONS
-
-        return max(10, max_in_flight + WORKER_CONNECTIONS)
+    """The pool ``x worker`` opens: the driver's default whatever ``--max-in-flight`` says (a
+    run borrows a connection per statement and holds none), so ``None``."""
+    del max_in_flight
     return None
 
 

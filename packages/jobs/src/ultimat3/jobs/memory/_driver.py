@@ -18,8 +18,9 @@ leases, expiry and counters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from ultimat3.core import Clock, XError, from_epoch_ms, log_event, new_id
@@ -69,6 +70,42 @@ def _result_json(job_id: str, result: Any) -> str:
     return freeze(result, what=f"the result of job {job_id}", code="X_STEP_OUTPUT_UNSERIALIZABLE")
 
 
+class MemoryWake:
+    """``MemoryJobDriver.start_wake``'s handle: hears the driver's enqueues, calls ``on_wake``
+    once per event-loop turn per queue (off the enqueuer's call)."""
+
+    proven = False
+    """The idle poll keeps its ``idle_poll_max_ms`` ceiling (a frozen clock moves no push)."""
+
+    def __init__(
+        self,
+        on_wake: Callable[[str], object],
+        queues: frozenset[str] | None,
+        registry: set[MemoryWake],
+    ) -> None:
+        self._on_wake = on_wake
+        self._queues = queues
+        self._registry = registry
+        self._heard: set[str] = set()
+
+    def hear(self, queue: str) -> None:
+        if self._queues is not None and queue not in self._queues:
+            return
+        if not self._heard:
+            with contextlib.suppress(RuntimeError):  # no running loop: the poll finds it
+                asyncio.get_running_loop().call_soon(self._tell)
+        self._heard.add(queue)
+
+    def _tell(self) -> None:
+        heard, self._heard = self._heard, set()
+        if self in self._registry:
+            for queue in sorted(heard):
+                self._on_wake(queue)
+
+    async def stop(self) -> None:
+        self._registry.discard(self)
+
+
 class MemoryJobDriver:
     """The in-process ``JobDriver``. **Nothing survives a restart**: see the module docstring."""
 
@@ -82,6 +119,8 @@ class MemoryJobDriver:
         self.redactions = MemoryRedactionCatalog()
         self._bus: MemoryEventBus | None = None
         self._exhausted: deque[ExhaustedJob] = deque(maxlen=EXHAUSTED_BUFFER)
+        self._next_due: dict[str, int] = {}
+        self._wakes: set[MemoryWake] = set()
 
     def __repr__(self) -> str:
         return f"MemoryJobDriver(name={self._name!r}, jobs={len(self._s.rows)})"
@@ -164,6 +203,8 @@ class MemoryJobDriver:
                 trace_context=req.trace_context,
             )
         )
+        if self._wakes:
+            self._announce(req.queue)
         return EnqueueResult(id=req.id, run_id=req.run_id, deduped=False)
 
     async def enqueue(
@@ -204,18 +245,30 @@ class MemoryJobDriver:
         if not worker_id:
             raise XError("X_INVARIANT", "claim: worker_id is empty", fix="name the worker")
         now = self._s.now_ms()
-        wanted = set(queues) - self._s.paused_queues
+        paused = self._s.paused_queues
+        turn = {q: i for i, q in reversed(list(enumerate(queues))) if q not in paused}
         due: list[MemRow] = []
+        later: int | None = None
         for job_id in self._s.live_ids:
             row = self._s.rows[job_id]
-            if row.queue not in wanted:
+            if row.queue not in turn:
                 continue
             if row.state == "running":
                 if row.lease_expires_at_ms is not None and row.lease_expires_at_ms <= now:
                     due.append(row)
             elif row.run_at_ms <= now:
                 due.append(row)
+            elif later is None or row.run_at_ms < later:
+                later = row.run_at_ms
+        # the queues in turn: the first due row of each (in the order named), then the second...
         due.sort(key=lambda r: (r.run_at_ms, r.id))
+        rank: dict[str, int] = {}
+        ranked = []
+        for row in due:
+            rank[row.queue] = rank.get(row.queue, 0) + 1
+            ranked.append((rank[row.queue], turn[row.queue], row))
+        ranked.sort(key=lambda t: (t[0], t[1]))
+        due = [row for _, _, row in ranked]
         claimed: list[ClaimedJob] = []
         for row in due:
             if len(claimed) >= limit:
@@ -249,7 +302,30 @@ class MemoryJobDriver:
                     trace_context=row.trace_context,
                 )
             )
+        if later is not None and len(claimed) < limit:
+            self._next_due[worker_id] = later - now
+        else:
+            self._next_due.pop(worker_id, None)
         return claimed
+
+    def take_next_due(self, worker_id: str) -> int | None:
+        """``DueReporter``: the ms until the earliest waiting row of ``worker_id``'s last
+        claim's queues that falls due later, or ``None``."""
+        return self._next_due.pop(worker_id, None)
+
+    async def start_wake(
+        self, on_wake: Callable[[str], object], *, queues: Collection[str] | None = None
+    ) -> MemoryWake:
+        """``QueueWake``: ``on_wake(queue)`` soon after a job of ``queues`` (every queue when
+        ``None``) is enqueued, due now or later (a worker's claim then reads when it falls
+        due). ``await handle.stop()`` ends it."""
+        wake = MemoryWake(on_wake, None if queues is None else frozenset(queues), self._wakes)
+        self._wakes.add(wake)
+        return wake
+
+    def _announce(self, queue: str) -> None:
+        for wake in list(self._wakes):
+            wake.hear(queue)
 
     async def sample_queues(self, queues: Sequence[str]) -> list[QueueSample]:
         """``QueueSampler``: each queue's due backlog and runs in flight, one pass over the live
@@ -457,6 +533,8 @@ class MemoryJobDriver:
                 row.run_at_ms = min(row.run_at_ms, now)
                 row.updated_at_ms = now
                 woken += 1
+                if self._wakes:
+                    self._announce(row.queue)
         return woken
 
     async def stats(self) -> list[QueueStats]:

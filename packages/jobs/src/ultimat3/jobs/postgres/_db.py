@@ -20,7 +20,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ultimat3.core import XError
 from ultimat3.jobs.postgres._dial import PROBE_TIMEOUT_S, check_dsn, probe
@@ -559,8 +559,40 @@ class Database:
     async def transaction(self, what: str) -> AsyncIterator[Conn]:
         """A pool connection inside one transaction (for the multi-statement operator calls)."""
         with wrap_errors(what, self.schema):
-            async with self.connection() as conn, conn.transaction():
-                yield conn
+            try:
+                async with self.connection() as conn, conn.transaction():
+                    yield conn
+            except PoolTimeout as exc:
+                raise self.pool_exhausted(what) from exc
+
+    def pool_exhausted(self, what: str) -> XError:
+        """The refusal of a statement that waited the pool's whole timeout for a connection: it
+        names the pool, its size and how to grow it (a run holds no connection between its
+        statements, so this is the app, or far too small a pool, holding them all)."""
+        pool = self._pool
+        name = pool.name if pool is not None else "ultimat3.jobs"
+        size = self.max_size
+        timeout = pool.timeout if pool is not None else self._timeout_s
+        stats = pool.get_stats() if pool is not None else {}
+        grow = (
+            f"postgres_job_driver(DATABASE_URL, max_size={size * 2})"
+            if self._owned
+            else f"AsyncConnectionPool(..., max_size={size * 2}) (the pool you passed in)"
+        )
+        return XError(
+            "X_DRIVER_UNAVAILABLE",
+            f"postgres job driver: {what}: no connection of the pool {name!r} came free within "
+            f"{timeout:g} s (max_size={size}, every connection in use, "
+            f"{stats.get('requests_waiting', 0)} more waiting)",
+            fix=f"grow the pool ({grow}) or hold fewer of its connections in the app; "
+            "the statement is safe to retry",
+            meta={
+                "operation": what,
+                "pool": name,
+                "max_size": size,
+                "timeout_s": timeout,
+            },
+        )
 
     def lean_order(self, name: str) -> tuple[str, ...]:
         """The parameter names of ``LEAN`` statement ``name`` in its placeholders' order: a
@@ -622,6 +654,8 @@ class Database:
                         return await read(await cursor.execute(self.q[name], params))
                     finally:
                         await pool.putconn(mine)
+                except PoolTimeout as exc:  # no connection came free: not a lost one
+                    raise self.pool_exhausted(what or name) from exc
                 except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                     if last:
                         raise

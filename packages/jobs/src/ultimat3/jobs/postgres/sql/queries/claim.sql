@@ -2,7 +2,11 @@
 -- The rules every statement file follows are at the top of common.sql.
 
 -- name: claim
--- Hand out at most %(limit)s due jobs. Served by x_jobs_claim_idx and x_jobs_lapsed_idx (one
+-- Hand out at most %(limit)s due jobs, the queues served in turn (the first due row of each queue
+-- in the order named, then the second of each, ...: one statement serves a worker's every queue
+-- fairly, a queue's unused share going to the others). A claim that hands out fewer than its
+-- limit also answers, as a row of kind 'next', the ms until the earliest row of its queues that
+-- falls due later (one more ordered probe of x_jobs_claim_idx per queue): the worker's due timer. Served by x_jobs_claim_idx and x_jobs_lapsed_idx (one
 -- ordered range scan of each per unpaused queue, LATERAL: ready rows by run_at, running rows
 -- whose lease lapsed by lease_expires_at). Candidates
 -- are locked (FOR UPDATE SKIP LOCKED) and MATERIALIZED before any UPDATE reads them, so the
@@ -12,12 +16,13 @@
 -- claimed row says whether it has steps (x_job_steps_pkey), so the run's first steps.load of a
 -- step-less job costs no round trip.
 WITH queues AS (
-    SELECT DISTINCT q.queue
-    FROM unnest(%(queues)s::text[]) AS q (queue)
+    SELECT q.queue, min(q.ord) AS ord
+    FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q (queue, ord)
     WHERE NOT EXISTS (SELECT 1 FROM {x_paused_queues} p WHERE p.queue = q.queue)
+    GROUP BY q.queue
 ),
 due AS MATERIALIZED (
-    SELECT d.id, d.run_at
+    SELECT d.id, d.run_at, queues.ord
     FROM queues
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at
@@ -31,7 +36,7 @@ due AS MATERIALIZED (
     ) d
 ),
 lapsed AS MATERIALIZED (
-    SELECT l.id, l.run_at, l.exhausted, l.worker_id
+    SELECT l.id, l.run_at, l.exhausted, l.worker_id, queues.ord
     FROM queues
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS exhausted, j.worker_id
@@ -47,12 +52,26 @@ lapsed AS MATERIALIZED (
 picked AS MATERIALIZED (
     SELECT c.id
     FROM (
-        SELECT id, run_at FROM due
+        SELECT id, run_at, ord FROM due
         UNION ALL
-        SELECT id, run_at FROM lapsed WHERE NOT exhausted
+        SELECT id, run_at, ord FROM lapsed WHERE NOT exhausted
     ) c
-    ORDER BY c.run_at, c.id
+    ORDER BY row_number() OVER (PARTITION BY c.ord ORDER BY c.run_at, c.id), c.ord
     LIMIT %(limit)s
+),
+next_due AS (
+    SELECT min(n.run_at) AS run_at
+    FROM queues
+    CROSS JOIN LATERAL (
+        SELECT j.run_at
+        FROM {x_jobs} j
+        WHERE j.queue = queues.queue
+          AND j.state IN ('ready', 'delayed', 'suspended')
+          AND j.run_at > now()
+        ORDER BY j.run_at
+        LIMIT 1
+    ) n
+    WHERE (SELECT count(*) FROM picked) < %(limit)s
 ),
 claimed AS (
     UPDATE {x_jobs} AS j SET
@@ -113,6 +132,12 @@ FROM (
            b.max_attempts, NULL, NULL, NULL, NULL, b.tenant_id, NULL, NULL, b.state,
            b.lapsed_worker, b.run_at, NULL, b.last_error, NULL
     FROM buried b
+    UNION ALL
+    SELECT 'next', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           ceil(extract(epoch FROM (n.run_at - now())) * 1000)::bigint, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, n.run_at, NULL, NULL, NULL
+    FROM next_due n
+    WHERE n.run_at IS NOT NULL
 ) r
 ORDER BY r.kind, r.run_at, r.id
 

@@ -19,10 +19,12 @@ FROM (
 ) input
 
 -- name: enqueue_returning
--- (fragment) the inserted row's id and run id; the notify rides it for a ready row:
+-- (fragment) the inserted row's id and run id; the notify rides it for a ready or delayed row
+-- (a delayed one: the woken worker's claim reads when it falls due, its due timer):
 -- transactional, delivered at commit, never on a rollback.
 RETURNING id::text, run_id::text,
-          CASE WHEN %(notify)s AND state = 'ready' THEN pg_notify({channel}, queue) END
+          CASE WHEN %(notify)s AND state IN ('ready', 'delayed')
+               THEN pg_notify({channel}, queue) END
 
 -- name: enqueue
 -- One job, one statement: a plain INSERT ... ON CONFLICT DO NOTHING, which covers both the live
@@ -91,11 +93,11 @@ input AS (
 )
 
 -- name: enqueue_many_summary
--- (fragment) after an `inserted` CTE: the notify (one per queue with a ready row inserted, when
+-- (fragment) after an `inserted` CTE: the notify (one per queue with a ready or delayed row, when
 -- %(notify)s), then ONE summary row (ord 0): how many rows were inserted, how many notified.
 woken AS (
     SELECT pg_notify({channel}, q.queue)
-    FROM (SELECT DISTINCT i.queue FROM inserted i WHERE i.state = 'ready') q
+    FROM (SELECT DISTINCT i.queue FROM inserted i WHERE i.state IN ('ready', 'delayed')) q
     WHERE %(notify)s
 )
 SELECT 0::bigint, NULL::text, NULL::text, (SELECT count(*) FROM inserted),
