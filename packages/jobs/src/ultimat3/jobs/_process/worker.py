@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ultimat3.core import AbortController, XError, adapter, log_event
 from ultimat3.jobs._process.gauges import unwatch_worker, watch_worker
+from ultimat3.jobs._process.isolation import CrashIsolation
 from ultimat3.jobs._process.sampler import DEFAULT_DEPTH_SAMPLE_INTERVAL_MS, DepthSampler
 from ultimat3.jobs._process.settings import (
     UNSET,
@@ -315,6 +316,8 @@ class JobWorker:
         self._counts: dict[str, int] = {}
         self._registered = False
         self._queue_wake: WakeHandle | None = None
+        self._isolation = CrashIsolation()
+        """Runs with a crash on record: each runs alone (``_process/isolation.py``)."""
         self.depth_sampler = DepthSampler(depth_sample_interval_ms)
         """Behind the ``queue_depth`` / ``queue_demand`` gauges (``_process/sampler.py``)."""
 
@@ -459,6 +462,8 @@ class JobWorker:
 
     def room(self) -> int | None:
         """Claims this worker may make now (``None``: no process cap)."""
+        if self._isolation.active:  # a job with a crash on record runs alone
+            return 0
         if self.max_in_flight is None:
             return None
         return max(0, self.max_in_flight - len(self._runs))
@@ -579,6 +584,8 @@ class JobWorker:
         loop = asyncio.get_running_loop()
         runs, in_body = self._runs, self._in_body
         for one in claimed:
+            job = self.jobs.get(one.name)
+            self._isolation.claimed(one, self.id, None if job is None else job.max_crashes)
             controller = AbortController()
             if self._draining:
                 controller.abort(self._drain_reason(one.id, "drain()"))
@@ -600,6 +607,14 @@ class JobWorker:
         self, claimed: ClaimedJob, controller: AbortController, sent: float | None = None
     ) -> None:
         try:
+            if self._isolation.holds(claimed.id) and not await self._isolation.wait_alone(
+                claimed,
+                runs=self._runs,
+                driver=self.driver,
+                settings=self._settings,
+                signal=controller.signal,
+            ):
+                return  # the claim was lost while it waited its turn
             outcome: RunOutcome = await execute_job(
                 claimed,
                 self.jobs.get(claimed.name),
@@ -621,6 +636,7 @@ class JobWorker:
         finally:
             self._runs.pop(claimed.id, None)
             self._in_body.discard(claimed.id)
+            self._isolation.release(claimed.id)
             self._poke()
 
     # --- the loop -----------------------------------------------------------------------------

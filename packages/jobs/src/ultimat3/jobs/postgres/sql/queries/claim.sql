@@ -31,14 +31,16 @@ due AS MATERIALIZED (
     ) d
 ),
 lapsed AS MATERIALIZED (
-    SELECT l.id, l.run_at, l.exhausted, l.worker_id
+    SELECT l.id, l.run_at, l.worker_id, l.crashed, NOT l.crashed AND l.spent AS exhausted
     FROM queues
     CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS exhausted, j.worker_id
+        SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS spent, j.worker_id,
+               {lapse_crashed} AS crashed
         FROM {x_jobs} j
         WHERE j.queue = queues.queue
           AND j.state = 'running'
           AND j.lease_expires_at <= now()
+          AND NOT {lapse_deferred}
         ORDER BY j.lease_expires_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -57,7 +59,9 @@ picked AS MATERIALIZED (
 claimed AS (
     UPDATE {x_jobs} AS j SET
         state = 'running',
-        attempts = j.attempts + 1,
+        attempts = j.attempts + 1 - {crash_of_lapse},
+        crashes = j.crashes + {crash_of_lapse},
+        crash_streak = j.crash_streak + {crash_of_lapse},
         worker_id = %(worker_id)s,
         claim = gen_random_uuid(),
         lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
@@ -66,7 +70,8 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.run_id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.claim,
               j.lease_expires_at, j.idempotency_key, j.tenant_id, j.concurrency_key,
-              j.created_at, j.run_at, j.trace_context
+              j.created_at, j.run_at, j.trace_context, j.crash_streak,
+              (SELECT l.worker_id FROM lapsed l WHERE l.id = j.id AND l.crashed) AS crashed_worker
 ),
 buried AS (
     UPDATE {x_jobs} AS j SET
@@ -106,12 +111,12 @@ FROM (
            floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
            NULL::text AS state, NULL::text AS lapsed_worker, c.run_at,
            EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps,
-           NULL::jsonb AS last_error, c.trace_context
+           NULL::jsonb AS last_error, c.trace_context, c.crash_streak, c.crashed_worker
     FROM claimed c
     UNION ALL
     SELECT 'buried', b.id::text, b.run_id::text, b.name, b.queue, b.payload, b.attempts,
            b.max_attempts, NULL, NULL, NULL, NULL, b.tenant_id, NULL, NULL, b.state,
-           b.lapsed_worker, b.run_at, NULL, b.last_error, NULL
+           b.lapsed_worker, b.run_at, NULL, b.last_error, NULL, NULL, NULL
     FROM buried b
 ) r
 ORDER BY r.kind, r.run_at, r.id
