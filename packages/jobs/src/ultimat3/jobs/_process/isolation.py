@@ -1,122 +1,113 @@
 """A job with a crash on record runs ISOLATED: nothing else in flight in its worker, until it
 settles an attempt (issue 23: a poison job harms only itself).
 
-The claim hands such a row back with ``crash_streak > 0``. The worker keeps claiming nothing
-while one is held (``active``); the isolated run waits — its lease renewed every third of the
-window — until every other run of the worker has ended, then runs alone. Two isolated rows take
-turns, oldest claim first. A run whose isolated crashes reached ``max_crashes`` skips the wait
-(it is buried ``X_JOB_CRASHED`` without running its body, ``_run/execute.py``).
+The claim hands such a row back with ``crash_streak > 0``. A worker keeps it only when it holds
+nothing else (its claim answered that row alone, with no run in flight); then it claims nothing
+more until the row's run ends (``room()`` is 0). Otherwise it hands the row straight back
+(``nack(outcome='release')``: uncounted, the streak kept, due at once), stops claiming until
+its runs in flight have ended, and then claims ONE row (``lone_claim``): a crashed row claimed
+so runs alone, another row runs as usual. A crashed row is never held while anything else of
+the worker runs, so a crash it did not cause is never charged to it as an isolated one.
+
+A row whose isolated crashes reached ``max_crashes`` is not isolated: it is buried
+``X_JOB_CRASHED`` at once, its body not run (``_run/execute.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ultimat3.core import log_event
 from ultimat3.jobs._run.crashes import crash_exhausted, note_crash
 from ultimat3.jobs.adapter import ClaimedJob
 
 if TYPE_CHECKING:
-    from ultimat3.core import Signal
-    from ultimat3.jobs._run.outcome import ExecutionSettings
     from ultimat3.jobs.adapter import JobDriver
 
 
 class CrashIsolation:
-    """One worker's isolated runs, in claim order."""
+    """One worker's isolated run, and whether it owes a lone claim."""
 
-    __slots__ = ("_order",)
+    __slots__ = ("_alone", "_hand_backs", "_pending")
 
     def __init__(self) -> None:
-        self._order: list[str] = []
+        self._alone: str | None = None
+        self._pending = False
+        self._hand_backs: set[asyncio.Task[None]] = set()
 
     @property
     def active(self) -> bool:
         """An isolated run is held: the worker claims nothing more until it ends."""
-        return bool(self._order)
+        return self._alone is not None
 
-    def claimed(self, claimed: ClaimedJob, worker_id: str, max_crashes: int | None) -> bool:
-        """Note a claimed row (its crash logged and counted); answers whether it must run alone."""
-        note_crash(claimed, worker_id)
-        if claimed.crash_streak <= 0:
-            return False
-        if max_crashes is not None and crash_exhausted(claimed, max_crashes):
-            return False  # buried at once, never run: nothing to isolate
-        self._order.append(claimed.id)
-        return True
+    def room(self, in_flight: int) -> int | None:
+        """The worker's room while isolation rules it (``None``: they do not): 0 while an
+        isolated run is held or runs in flight drain before a lone claim; 1 for the lone claim."""
+        if self._alone is not None:
+            return 0
+        if self._pending:
+            return 0 if in_flight else 1
+        return None
 
-    async def wait_alone(
+    def admit(
         self,
         claimed: ClaimedJob,
         *,
-        runs: Mapping[str, tuple[asyncio.Task[None], Any]],
+        batch: int,
+        busy: bool,
+        worker_id: str,
+        max_crashes: int | None,
         driver: JobDriver,
-        settings: ExecutionSettings,
-        signal: Signal,
     ) -> bool:
-        """Wait until ``claimed`` is the oldest isolated run and no other run is in flight,
-        renewing its lease every third of the window meanwhile. ``False``: a renewal was refused
-        (the claim is gone). An aborted ``signal`` (a drain) ends the wait at once."""
-        vt = settings.visibility_timeout_ms
-        interval_s = (settings.heartbeat_interval_ms or max(1, vt // 3)) / 1000
-
-        async def renew() -> bool:
-            return await driver.heartbeat(
-                claimed.id,
-                worker_id=claimed.worker_id,
-                claim=claimed.claim,
-                visibility_timeout_ms=vt,
-            )
-
-        me = claimed.id
-        loop = asyncio.get_running_loop()
-        renewed = loop.time()
-        while not signal.aborted:
-            order = self._order
-            busy = [
-                task
-                for job_id, (task, _) in runs.items()
-                if job_id != me and (job_id not in order or order[0] == job_id)
-            ]
-            if not busy and order and order[0] == me:
-                return True
-            left = max(0.0, renewed + interval_s - loop.time())
-            if busy:
-                await asyncio.wait(busy, timeout=left)
-            else:
-                await asyncio.sleep(min(left, 0.05))
-            if loop.time() - renewed < interval_s:
-                continue
-            renewed = loop.time()
-            try:
-                landed = await renew()
-            except Exception as exc:  # the window still has room; the next renewal decides
-                log_event(
-                    "jobs.heartbeat.failed",
-                    job_id=me,
-                    job=claimed.name,
-                    worker_id=claimed.worker_id,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                continue
-            if not landed:
-                log_event(
-                    "jobs.settle.unowned",
-                    job_id=me,
-                    job=claimed.name,
-                    worker_id=claimed.worker_id,
-                    settle="isolated wait (lease renewal)",
-                )
-                return False
-        return True  # draining: the run hands the attempt back at once
-
-    def holds(self, job_id: str) -> bool:
-        """``job_id`` is an isolated run of this worker (waiting or running)."""
-        return job_id in self._order
+        """Note one claimed row of a claim that answered ``batch`` rows to a worker with runs in
+        flight (``busy``) or none (its crash logged and counted); answers whether the worker runs
+        it. A crashed row that cannot run alone is handed back."""
+        note_crash(claimed, worker_id)
+        alone = not busy and batch == 1
+        if alone:
+            self._pending = False  # the lone claim came back: whatever it is runs now
+        if claimed.crash_streak <= 0:
+            return True
+        if max_crashes is not None and crash_exhausted(claimed, max_crashes):
+            return True  # buried at once, its body never run: nothing to isolate
+        if alone and self._alone is None:
+            self._alone = claimed.id
+            return True
+        self._pending = True
+        task = asyncio.ensure_future(_hand_back(claimed, driver))
+        self._hand_backs.add(task)
+        task.add_done_callback(self._hand_backs.discard)
+        return False
 
     def release(self, job_id: str) -> None:
-        """The isolated run ended (settled, lost or abandoned): the next may go."""
-        if job_id in self._order:
-            self._order.remove(job_id)
+        """A run ended: an isolated one lets the worker claim again."""
+        if self._alone == job_id:
+            self._alone = None
+
+
+async def _hand_back(claimed: ClaimedJob, driver: JobDriver) -> None:
+    error: str | None = None
+    try:
+        landed = await driver.nack(
+            claimed.id,
+            worker_id=claimed.worker_id,
+            claim=claimed.claim,
+            outcome="release",
+            delay_ms=0,
+        )
+    except Exception as exc:  # its lease lapses; the next claim re-offers it
+        landed = False
+        error = f"{type(exc).__name__}: {exc}"
+    log_event(
+        "jobs.job.isolation-deferred",
+        job_id=claimed.id,
+        job=claimed.name,
+        queue=claimed.queue,
+        crash_streak=claimed.crash_streak,
+        worker_id=claimed.worker_id,
+        handed_back=landed,
+        error=error,
+        why="a job with a crash on record runs alone: this worker holds other runs, so it "
+        "handed the job back and claims one job alone once they end",
+    )

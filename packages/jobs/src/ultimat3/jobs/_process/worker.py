@@ -462,8 +462,9 @@ class JobWorker:
 
     def room(self) -> int | None:
         """Claims this worker may make now (``None``: no process cap)."""
-        if self._isolation.active:  # a job with a crash on record runs alone
-            return 0
+        isolated = self._isolation.room(len(self._runs))  # a crashed job runs alone
+        if isolated is not None:
+            return isolated
         if self.max_in_flight is None:
             return None
         return max(0, self.max_in_flight - len(self._runs))
@@ -583,9 +584,18 @@ class JobWorker:
             return
         loop = asyncio.get_running_loop()
         runs, in_body = self._runs, self._in_body
+        busy = bool(runs)
         for one in claimed:
             job = self.jobs.get(one.name)
-            self._isolation.claimed(one, self.id, None if job is None else job.max_crashes)
+            if not self._isolation.admit(  # a job with a crash on record runs alone, or not here
+                one,
+                batch=len(claimed),
+                busy=busy,
+                worker_id=self.id,
+                max_crashes=None if job is None else job.max_crashes,
+                driver=self.driver,
+            ):
+                continue
             controller = AbortController()
             if self._draining:
                 controller.abort(self._drain_reason(one.id, "drain()"))
@@ -607,14 +617,6 @@ class JobWorker:
         self, claimed: ClaimedJob, controller: AbortController, sent: float | None = None
     ) -> None:
         try:
-            if self._isolation.holds(claimed.id) and not await self._isolation.wait_alone(
-                claimed,
-                runs=self._runs,
-                driver=self.driver,
-                settings=self._settings,
-                signal=controller.signal,
-            ):
-                return  # the claim was lost while it waited its turn
             outcome: RunOutcome = await execute_job(
                 claimed,
                 self.jobs.get(claimed.name),
