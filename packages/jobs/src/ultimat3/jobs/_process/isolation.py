@@ -4,7 +4,8 @@ settles an attempt (issue 23: a poison job harms only itself).
 The claim hands such a row back with ``crash_streak > 0``. A worker keeps it only when it holds
 nothing else (its claim answered that row alone, with no run in flight); then it claims nothing
 more until the row's run ends (``room()`` is 0). Otherwise it hands the row straight back
-(``nack(outcome='release')``: uncounted, the streak kept, due at once), stops claiming until
+(``nack(outcome='release')``: uncounted, the streak kept, due at its creation time — so it is
+ahead of the backlog queued since, and the lone claim finds it), stops claiming until
 its runs in flight have ended, and then claims ONE row (``lone_claim``): a crashed row claimed
 so runs alone, another row runs as usual. A crashed row is never held while anything else of
 the worker runs, so a crash it did not cause is never charged to it as an isolated one.
@@ -81,9 +82,11 @@ class CrashIsolation:
         return False
 
     def release(self, job_id: str) -> None:
-        """A run ended: an isolated one lets the worker claim again."""
+        """A run ended. After an isolated one the worker claims one job alone again: another
+        crashed row takes its turn at once, anything else ends the isolation."""
         if self._alone == job_id:
             self._alone = None
+            self._pending = True
 
 
 async def _hand_back(claimed: ClaimedJob, driver: JobDriver) -> None:
@@ -94,7 +97,7 @@ async def _hand_back(claimed: ClaimedJob, driver: JobDriver) -> None:
             worker_id=claimed.worker_id,
             claim=claimed.claim,
             outcome="release",
-            delay_ms=0,
+            run_at_ms=claimed.created_at_ms or None,
         )
     except Exception as exc:  # its lease lapses; the next claim re-offers it
         landed = False
