@@ -38,7 +38,7 @@ async def _crash(engine: Engine, queue: str, times: int) -> None:
     """``times`` workers, each registering, claiming everything due and dying with it."""
     for i in range(times):
         worker = f"dies-{queue}-{i}"
-        await engine.driver.register_worker(  # type: ignore[union-attr]
+        await engine.driver.register_worker(
             worker, host="h", queues=[queue], slots=8, visibility_timeout_ms=VT
         )
         got = await engine.driver.claim(
@@ -52,7 +52,8 @@ def test_max_crashes_is_refused_outside_its_bounds() -> None:
     async def body(i: Item, step: Any, ctx: Any) -> None:
         return None
 
-    for bad in (0, -1, True, 1.5, MAX_CRASHES_CEILING + 1):
+    bads: tuple[Any, ...] = (0, -1, True, 1.5, MAX_CRASHES_CEILING + 1)
+    for bad in bads:
         with pytest.raises(XError) as caught:
             job(input=Item, idempotency_key=lambda i: str(i.n), max_crashes=bad, run=body)
         assert caught.value.code == "X_JOB_DECLARATION_INVALID"
@@ -96,8 +97,8 @@ async def test_a_crashed_job_runs_alone_and_the_others_are_not_charged(
             await worker.run_pass()
             await worker.wait_idle()
             await asyncio.sleep(0.02)  # a hand-back lands
-            rows = await intro.list(queue=q)
-            if len(rows) == 6 and all(r.state == "done" for r in rows):
+            page = await intro.list(queue=q)
+            if len(page) == 6 and all(r.state == "done" for r in page):
                 break
     rows = {r.id: r for r in await intro.list(queue=q)}
     assert {r.state for r in rows.values()} == {"done"}
