@@ -217,6 +217,40 @@ async def _check(db: Db, ids: list[str], modes: dict[str, str], report: Report) 
     )
 
 
+async def _diagnose(db: Db, alive: list[WorkerProcess]) -> str:
+    """Why the jobs did not settle: the stuck rows, the database's sessions, and where every
+    worker's tasks wait (SIGUSR1 makes a fault_app worker print its tasks' stacks)."""
+    for proc in alive:
+        proc.signal(signal.SIGUSR1)
+    await asyncio.sleep(2)
+    states = await db.rows(
+        "SELECT name, state, count(*), max(attempts), max(crashes), "
+        "min(run_at) - now(), max(lease_expires_at) - now() FROM {x_jobs} "
+        "WHERE state <> 'done' GROUP BY 1, 2"
+    )
+    stuck = await db.rows(
+        "SELECT id, name, state, attempts, crashes, crash_streak, worker_id, run_at - now(), "
+        "lease_expires_at - now(), concurrency_key, wait_event FROM {x_jobs} "
+        "WHERE state <> 'done' ORDER BY run_at LIMIT 12"
+    )
+    sessions = await db.rows(
+        "SELECT pid, application_name, state, wait_event_type, wait_event, "
+        "now() - state_change, left(query, 100) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    workers = await db.rows("SELECT id, last_heartbeat_at - now(), in_flight FROM {x_workers}")
+    leases = await db.rows(
+        "SELECT lease_key, slot, holder, expires_at - now() FROM chaos.x_job_leases"
+    )
+    tails = "\n".join(
+        f"--- worker {p.pid} (alive {p.alive()})\n{p.output()[-6000:]}" for p in alive
+    )
+    return (
+        f"not settled: {states}\nstuck rows: {stuck}\nsessions: {sessions}\n"
+        f"workers: {workers}\nleases: {leases}\nworker output:\n{tails}"
+    )
+
+
 async def soak(*, jobs: int, seconds: float, workers: int = 3, seed: int = 23) -> Report:
     """One soak on a fresh private cluster (deleted afterwards); answers the report."""
     rng = random.Random(seed)
@@ -298,11 +332,7 @@ async def soak(*, jobs: int, seconds: float, workers: int = 3, seed: int = 23) -
         try:
             await until(settled, timeout_s=max(120.0, seconds), what="every job to settle")
         except AssertionError:
-            states = await db.rows(
-                "SELECT name, state, count(*), max(attempts) FROM {x_jobs} GROUP BY 1, 2"
-            )
-            tails = "\n".join(p.output()[-1500:] for p in alive)
-            raise AssertionError(f"not settled: {states}\nworkers:\n{tails}") from None
+            raise AssertionError(await _diagnose(db, alive)) from None
         for proc in alive:
             await proc.stop(timeout_s=30)
         await _check(db, ids, modes, report)

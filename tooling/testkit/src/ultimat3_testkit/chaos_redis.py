@@ -48,7 +48,7 @@ from redis.exceptions import RedisError
 
 from ultimat3.core import Signal, new_id, swap_adapter
 from ultimat3.jobs import Concurrency, JobContext, Retry, Step, job, job_worker
-from ultimat3.jobs.adapter import JOB_DRIVER, EnqueueRequest, JobRow, job_cursor
+from ultimat3.jobs.adapter import JOB_DRIVER, MAX_JOB_PAGE, EnqueueRequest, JobRow, job_cursor
 
 QUEUE: Final = "rchaos"
 CAP: Final = 2
@@ -272,9 +272,9 @@ async def _rows(driver: Any) -> list[JobRow]:
     out: list[JobRow] = []
     after = None
     while True:
-        page = await driver.introspect.list(queue=QUEUE, limit=500, after=after)
+        page = await driver.introspect.list(queue=QUEUE, limit=MAX_JOB_PAGE, after=after)
         out += page
-        if len(page) < 500:
+        if len(page) < MAX_JOB_PAGE:
             return out
         after = job_cursor(page[-1])
 
