@@ -10,7 +10,9 @@
 -- x_jobs_pkey. A lapsed row on its final attempt is buried here (dead, or failed for the
 -- no_dead_letter names) with X_JOB_LEASE_LOST, counted, and returned as kind 'buried'. Each
 -- claimed row says whether it has steps (x_job_steps_pkey), so the run's first steps.load of a
--- step-less job costs no round trip.
+-- step-less job costs no round trip. A lapse whose worker is known dead is a CRASH, not an
+-- attempt (crashes.sql): never buried, re-offered with its attempt handed back and one more
+-- crash on record; a lapse whose live worker still names the job in flight waits.
 WITH queues AS (
     SELECT DISTINCT q.queue
     FROM unnest(%(queues)s::text[]) AS q (queue)
