@@ -61,8 +61,8 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "X_JOB_CRASHED",
         "the worker process died while running this job, every time it ran alone",
         "the job kills its process (a segfault, os._exit, an out-of-memory kill, a C extension "
-        "crash): x jobs show <id> names the workers that died; fix the job, then x jobs retry "
-        "<id> — or raise job(max_crashes=...)",
+        "crash): x jobs show <id> names the last worker that died; fix the job, then x jobs "
+        "retry <id> — or raise job(max_crashes=...)",
         _T,
         status=500,
     ),
