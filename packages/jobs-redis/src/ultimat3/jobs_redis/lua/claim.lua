@@ -111,7 +111,7 @@ for c = 1, #cands do
   local f = redis.call('HMGET', key,
     'run_id', 'name', 'queue', 'payload', 'attempts', 'max_attempts', 'idempotency_key',
     'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event', 'trace_context',
-    'sseq', 'crashes', 'crash_streak')
+    'sseq', 'crashes', 'crash_streak', 'crashed_at')
   if not f[1] then
     redis.call('ZREM', P .. 'w:' .. cands[c].q, id) -- a row gone from under its index
     redis.call('ZREM', P .. 'r:' .. cands[c].q, id)
@@ -121,6 +121,16 @@ for c = 1, #cands do
     local crash = died and 1 or 0
     local attempts = tonumber(f[5]) + 1 - crash
     local streak = (tonumber(f[17]) or 0) + crash
+    local since = tonumber(f[18])
+    if died and since then -- a step completed since the crash before: progress, a new streak
+      for _, raw in ipairs(redis.call('HVALS', P .. 's:' .. id)) do
+        local st = cjson.decode(raw)
+        if st.s == 'completed' and tonumber(st.u) > since then
+          streak = 1
+          break
+        end
+      end
+    end
     local token = nonce .. ':' .. k
     local lease = now + vt
     local r = { id = id, queue = f[3], state = f[11], created_at = f[10], lk = f[12],
@@ -129,7 +139,8 @@ for c = 1, #cands do
     redis.call('HSET', key, 'attempts', attempts, 'worker_id', worker, 'claim', token,
       'lease_expires_at', N(lease))
     if died then
-      redis.call('HSET', key, 'crashes', (tonumber(f[16]) or 0) + 1, 'crash_streak', streak)
+      redis.call('HSET', key, 'crashes', (tonumber(f[16]) or 0) + 1, 'crash_streak', streak,
+        'crashed_at', N(now))
     end
     move(r, 'running', now, lease)
     claimed[#claimed + 1] = { id, f[1], f[2], f[3], f[4], attempts, f[6], token, lease, f[7],

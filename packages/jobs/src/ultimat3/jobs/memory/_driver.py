@@ -227,7 +227,14 @@ class MemoryJobDriver:
             crashed_worker = crashed.get(row.id)
             if crashed_worker is not None:
                 row.crashes += 1
-                row.crash_streak += 1
+                since = row.crashed_at_ms
+                progressed = since is not None and any(
+                    st.state == "completed" and st.updated_at_ms > since
+                    for st in self._s.steps.get(row.id, {}).values()
+                )
+                # a step completed since the crash before: progress, a new streak
+                row.crash_streak = 1 if progressed else row.crash_streak + 1
+                row.crashed_at_ms = now
             elif row.state == "running" and row.attempts >= row.max_attempts:
                 self._exhaust(row, no_dead_letter, now)
                 continue

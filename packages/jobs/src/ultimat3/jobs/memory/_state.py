@@ -87,6 +87,7 @@ class MemRow:
     trace_context: Mapping[str, str] | None = None
     crashes: int = 0
     crash_streak: int = 0
+    crashed_at_ms: int | None = None
 
     @property
     def live_key(self) -> LiveKey:

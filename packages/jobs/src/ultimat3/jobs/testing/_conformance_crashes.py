@@ -3,7 +3,8 @@ row (``WorkerRegistry``) expired — is a CRASH, not an attempt: the claim re-of
 its attempt handed back, ``crash_streak`` one up and ``crashed_worker`` naming the dead worker;
 ``introspect.show`` counts ``crashes``. A lapse of a worker whose live registry row names the job
 in flight waits; a lapse of a worker with no registry row is an attempt, as before. A settled
-attempt (retry, dead, failed) ends the streak; a suspend or a release keeps it."""
+attempt (retry, dead, failed) ends the streak; a suspend or a release keeps it; a crash after a
+step completed since the crash before (progress) starts a new streak of 1."""
 
 from __future__ import annotations
 
@@ -101,3 +102,29 @@ class CrashConformance(ConformanceBase):
         await self.lapse()
         again = await self.claim_one(driver, q, worker="worker-2")
         assert (again.attempt, again.crash_streak) == (2, 0)
+
+    async def test_a_crash_after_progress_starts_a_new_streak(self, driver: JobDriver) -> None:
+        q = uniq("q")
+        first, second, third = [await self._dead_worker(driver) for _ in range(3)]
+        if first is None or second is None or third is None:
+            return
+        await driver.enqueue(self.req(q, max_attempts=5))
+        await self.claim_one(driver, q, worker=first, vt=self.visibility_timeout_ms)
+        await self.lapse()
+        crashed = await self.claim_one(driver, q, worker=second, vt=self.visibility_timeout_ms)
+        assert crashed.crash_streak == 1
+        await self.elapse(5)
+        assert await driver.steps.record(
+            crashed.id, "page-1", state="completed", worker_id=second, claim=crashed.claim
+        )
+        await self.lapse()  # the second worker dies too, after checkpointing a step
+        again = await self.claim_one(driver, q, worker=third, vt=self.visibility_timeout_ms)
+        assert (again.attempt, again.crash_streak, again.crashed_worker) == (1, 1, second), (
+            "a step completed since the crash before: progress, a new streak"
+        )
+        await self.lapse()  # and the third dies with no progress
+        last = await self.claim_one(driver, q, vt=LONG_VT)
+        assert (last.crash_streak, last.crashed_worker) == (2, third)
+        intro = self.introspect(driver)
+        if intro is not None:
+            assert (await intro.show(last.id)).crashes == 3

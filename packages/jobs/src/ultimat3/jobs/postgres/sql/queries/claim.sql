@@ -33,11 +33,12 @@ due AS MATERIALIZED (
     ) d
 ),
 lapsed AS MATERIALIZED (
-    SELECT l.id, l.run_at, l.worker_id, l.crashed, NOT l.crashed AND l.spent AS exhausted
+    SELECT l.id, l.run_at, l.worker_id, l.crashed, l.progressed,
+           NOT l.crashed AND l.spent AS exhausted
     FROM queues
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS spent, j.worker_id,
-               {lapse_crashed} AS crashed
+               {lapse_crashed} AS crashed, {lapse_progressed} AS progressed
         FROM {x_jobs} j
         WHERE j.queue = queues.queue
           AND j.state = 'running'
@@ -63,7 +64,8 @@ claimed AS (
         state = 'running',
         attempts = j.attempts + 1 - {crash_of_lapse},
         crashes = j.crashes + {crash_of_lapse},
-        crash_streak = j.crash_streak + {crash_of_lapse},
+        crash_streak = {streak_of_lapse},
+        crashed_at = CASE WHEN {crash_of_lapse} = 1 THEN now() ELSE j.crashed_at END,
         worker_id = %(worker_id)s,
         claim = gen_random_uuid(),
         lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',

@@ -28,3 +28,18 @@ EXISTS (
 -- name: crash_of_lapse
 -- (fragment) 1 when the claimed row `j` comes back from a crash (the claim's `lapsed` CTE), else 0.
 (j.id IN (SELECT l.id FROM lapsed l WHERE l.crashed))::integer
+
+-- name: lapse_progressed
+-- (fragment) the crashed run of `j` made progress: a step completed since the crash before
+-- (x_job_steps_pkey). Its crash then starts a new streak (1) instead of lengthening it, so a long
+-- job killed again and again while it checkpoints (an import, page by page) is not a poison.
+EXISTS (
+    SELECT 1 FROM {x_job_steps} s
+    WHERE s.job_id = j.id AND s.state = 'completed' AND s.updated_at > j.crashed_at)
+
+-- name: streak_of_lapse
+-- (fragment) the claimed row's crash streak: one more for a crash, 1 for a crash after progress.
+CASE
+    WHEN j.id IN (SELECT l.id FROM lapsed l WHERE l.crashed AND l.progressed) THEN 1
+    ELSE j.crash_streak + {crash_of_lapse}
+END
