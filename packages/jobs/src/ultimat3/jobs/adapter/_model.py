@@ -183,7 +183,8 @@ class ClaimedJob:
     """The enqueuing span's propagation headers stored on the row, if any."""
     crash_streak: int = 0
     """Crashes on record since the run last settled an attempt (a lapse whose worker was known
-    dead counts one). Above 0 the worker runs the job isolated (``_process/isolation.py``)."""
+    dead counts one; a crash after a step completed since the crash before starts again at 1).
+    Above 0 the worker runs the job isolated (``_process/isolation.py``)."""
     crashed_worker: str | None = None
     """Set when THIS claim follows a crash: the worker that died holding the run."""
 
