@@ -26,7 +26,9 @@ async def test_the_bounded_chaos_soak_keeps_every_invariant() -> None:
         "I2 phantom": 0,
         "I3 tx effect not exactly once": 0,
         "I5 completed step re-ran": 0,
+        "I6 settle not by its one owner": 0,
         "I7 attempts over max": 0,
         "I8 cap exceeded": 0,
     }, report
     assert 1 <= report.max_cap_seen <= 2, report
+    assert report.settles >= JOBS and report.claims >= report.settles, report

@@ -33,6 +33,7 @@ def test_the_page_names_every_metric_and_every_event_at_its_level() -> None:
     for metric in (
         "jobs_total",
         "job_leases_lost_total",
+        "job_crashes_total",
         "job_worker_in_flight",
         "job_worker_capacity",
         "queue_depth",

@@ -13,12 +13,14 @@ The invariants (each a count of violations; the soak passes when all are 0):
 - I3 ``step.transaction`` effects exactly once: one effect row per ``tx`` job.
 - I5 completed steps never re-run: no effect of a step written after the step's completed
   record.
+- I6 one owner per settle: every settle (a row leaving ``running``) was fenced on a claim that
+  was handed out to the very worker that settled, and no claim settled twice (a trigger records
+  every claim and every settle in the same transaction).
 - I7 attempts bounded: no row's ``attempts`` is over its ``max_attempts``.
 - I8 the keyed cap never exceeded, as the bodies recorded it (an interval a SIGKILL cut short
   ends at the kill).
 
 Reported, not a violation: ``step.run`` effects that ran twice (the at-least-once contract).
-I6 (one owner per settle) is not checked here.
 """
 
 from __future__ import annotations
@@ -59,6 +61,26 @@ CREATE TABLE {cap} (
 );
 CREATE TABLE {kills} (pid integer PRIMARY KEY, at timestamptz NOT NULL);
 """
+OWNERS_DDL = """
+CREATE TABLE {claims} (job_id uuid NOT NULL, claim uuid NOT NULL, worker_id text NOT NULL);
+CREATE TABLE {settles} (
+    job_id uuid NOT NULL, claim uuid, worker_id text, state text NOT NULL
+);
+CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.claim IS NOT NULL AND NEW.claim IS DISTINCT FROM OLD.claim THEN
+        INSERT INTO {claims} VALUES (NEW.id, NEW.claim, NEW.worker_id);
+    END IF;
+    IF OLD.state = 'running' AND NEW.state <> 'running' THEN
+        INSERT INTO {settles} VALUES (OLD.id, OLD.claim, OLD.worker_id, NEW.state);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_owners AFTER UPDATE ON {x_jobs}
+    FOR EACH ROW EXECUTE FUNCTION {fn}();
+"""
+"""I6's record: every claim handed out (its token and worker) and every settle (the claim and
+worker it was fenced on), written by a trigger in the settling statement's own transaction."""
 
 
 @dataclass
@@ -74,6 +96,10 @@ class Report:
     tx_jobs: int = 0
     run_jobs: int = 0
     max_cap_seen: int = 0
+    claims: int = 0
+    """Claims handed out (I6's record)."""
+    settles: int = 0
+    """Settles that landed, each on one claim (I6's record)."""
 
     @property
     def ok(self) -> bool:
@@ -161,6 +187,17 @@ async def _check(db: Db, ids: list[str], modes: dict[str, str], report: Report) 
             "WHERE s.state = 'completed' AND e.step <> 'tx' AND e.at > s.updated_at"
         )
     )
+    v["I6 settle not by its one owner"] = int(
+        await db.value(
+            "SELECT (SELECT count(*) FROM (SELECT claim FROM chaos.chaos_settles "
+            "GROUP BY job_id, claim HAVING count(*) > 1) twice) "
+            "+ (SELECT count(*) FROM chaos.chaos_settles s WHERE s.claim IS NULL OR NOT EXISTS "
+            "(SELECT 1 FROM chaos.chaos_claims c WHERE c.job_id = s.job_id "
+            "AND c.claim = s.claim AND c.worker_id = s.worker_id))"
+        )
+    )
+    report.settles = int(await db.value("SELECT count(*) FROM chaos.chaos_settles"))
+    report.claims = int(await db.value("SELECT count(*) FROM chaos.chaos_claims"))
     v["I7 attempts over max"] = int(
         await db.value("SELECT count(*) FROM {x_jobs} WHERE attempts > max_attempts")
     )
@@ -177,6 +214,40 @@ async def _check(db: Db, ids: list[str], modes: dict[str, str], report: Report) 
             "SELECT count(*) FROM (SELECT job_id FROM {fault_effects} WHERE step = 'run' "
             "GROUP BY job_id HAVING count(*) > 1) d"
         )
+    )
+
+
+async def _diagnose(db: Db, alive: list[WorkerProcess]) -> str:
+    """Why the jobs did not settle: the stuck rows, the database's sessions, and where every
+    worker's tasks wait (SIGUSR1 makes a fault_app worker print its tasks' stacks)."""
+    for proc in alive:
+        proc.signal(signal.SIGUSR1)
+    await asyncio.sleep(2)
+    states = await db.rows(
+        "SELECT name, state, count(*), max(attempts), max(crashes), "
+        "min(run_at) - now(), max(lease_expires_at) - now() FROM {x_jobs} "
+        "WHERE state <> 'done' GROUP BY 1, 2"
+    )
+    stuck = await db.rows(
+        "SELECT id, name, state, attempts, crashes, crash_streak, worker_id, run_at - now(), "
+        "lease_expires_at - now(), concurrency_key, wait_event FROM {x_jobs} "
+        "WHERE state <> 'done' ORDER BY run_at LIMIT 12"
+    )
+    sessions = await db.rows(
+        "SELECT pid, application_name, state, wait_event_type, wait_event, "
+        "now() - state_change, left(query, 100) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    workers = await db.rows("SELECT id, last_heartbeat_at - now(), in_flight FROM {x_workers}")
+    leases = await db.rows(
+        "SELECT lease_key, slot, holder, expires_at - now() FROM chaos.x_job_leases"
+    )
+    tails = "\n".join(
+        f"--- worker {p.pid} (alive {p.alive()})\n{p.output()[-6000:]}" for p in alive
+    )
+    return (
+        f"not settled: {states}\nstuck rows: {stuck}\nsessions: {sessions}\n"
+        f"workers: {workers}\nleases: {leases}\nworker output:\n{tails}"
     )
 
 
@@ -197,6 +268,14 @@ async def soak(*, jobs: int, seconds: float, workers: int = 3, seed: int = 23) -
                 sql.SQL(CAP_DDL).format(
                     cap=sql.Identifier(SCHEMA, "chaos_cap"),
                     kills=sql.Identifier(SCHEMA, "chaos_kills"),
+                )
+            )
+            await conn.execute(
+                sql.SQL(OWNERS_DDL).format(
+                    claims=sql.Identifier(SCHEMA, "chaos_claims"),
+                    settles=sql.Identifier(SCHEMA, "chaos_settles"),
+                    fn=sql.Identifier(SCHEMA, "chaos_owners"),
+                    x_jobs=sql.Identifier(SCHEMA, "x_jobs"),
                 )
             )
         requests, modes = _requests(jobs, rng)
@@ -253,11 +332,7 @@ async def soak(*, jobs: int, seconds: float, workers: int = 3, seed: int = 23) -
         try:
             await until(settled, timeout_s=max(120.0, seconds), what="every job to settle")
         except AssertionError:
-            states = await db.rows(
-                "SELECT name, state, count(*), max(attempts) FROM {x_jobs} GROUP BY 1, 2"
-            )
-            tails = "\n".join(p.output()[-1500:] for p in alive)
-            raise AssertionError(f"not settled: {states}\nworkers:\n{tails}") from None
+            raise AssertionError(await _diagnose(db, alive)) from None
         for proc in alive:
             await proc.stop(timeout_s=30)
         await _check(db, ids, modes, report)

@@ -64,6 +64,20 @@ async def effect(job_id: str, step: str, attempt: int, note: str) -> None:
         await conn.execute(query, (job_id, step, attempt, os.getpid(), note))
 
 
+async def _first_start(job_id: str, step: str) -> bool:
+    """This is the step's first run (one ``start`` recorded): a crash re-runs it under the
+    same attempt number (a crash is not an attempt), so the attempt cannot tell."""
+    query = sql.SQL(
+        "SELECT count(*) FROM {} WHERE job_id = %s AND step = %s AND note = 'start'"
+    ).format(sql.Identifier(_target["schema"], "fault_effects"))
+    async with await psycopg.AsyncConnection.connect(
+        _target["dsn"], autocommit=True, connect_timeout=5
+    ) as conn:
+        cur = await conn.execute(query, (job_id, step))
+        row = await cur.fetchone()
+        return bool(row and row[0] == 1)
+
+
 async def gate_open(job_id: str) -> bool:
     query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE job_id = %s)").format(
         sql.Identifier(_target["schema"], "fault_gates")
@@ -98,7 +112,7 @@ def _record_abort(signal: Signal, job_id: str, step: str, attempt: int) -> None:
 class Work(BaseModel):
     key: str
     hang: str | None = None
-    """The step whose FIRST attempt never returns: it holds the run until the run is aborted
+    """The step whose FIRST run never returns: it holds the run until the run is aborted
     (``aborted:<code>`` is recorded) or the process dies."""
     gate: str | None = None
     """The step whose first attempt returns only once ``fault_gates`` holds the job's id."""
@@ -109,7 +123,7 @@ class Work(BaseModel):
 def _step_fn(name: str, work: Work, ctx: JobContext) -> Callable[[Signal], Awaitable[Any]]:
     async def fn(signal: Signal) -> dict[str, Any]:
         await effect(ctx.job_id, name, ctx.attempt, "start")
-        if work.hang == name and ctx.attempt == 1:
+        if work.hang == name and await _first_start(ctx.job_id, name):
             _record_abort(signal, ctx.job_id, name, ctx.attempt)
             await asyncio.sleep(120)  # until the run is cancelled or the process killed
         if work.gate == name and ctx.attempt == 1:

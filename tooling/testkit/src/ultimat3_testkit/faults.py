@@ -160,14 +160,14 @@ class Db:
     async def job(self, job_id: str) -> dict[str, Any]:
         rows = await self.rows(
             "SELECT state, attempts, worker_id, claim::text, lease_expires_at, last_error,"
-            " result, run_at, created_at, updated_at, finished_at"
+            " result, run_at, created_at, updated_at, finished_at, crashes"
             " FROM {x_jobs} WHERE id = %s",
             (job_id,),
         )
         assert rows, f"job {job_id} is not in the table"
         keys = [
             *("state", "attempts", "worker_id", "claim", "lease_expires_at", "last_error"),
-            *("result", "run_at", "created_at", "updated_at", "finished_at"),
+            *("result", "run_at", "created_at", "updated_at", "finished_at", "crashes"),
         ]
         return dict(zip(keys, rows[0], strict=True))
 

@@ -57,6 +57,15 @@ _ENTRIES: tuple[CodeInfo, ...] = (
         "keep the event loop free (await I/O, split CPU work into steps) so the heartbeat lands, "
         "or raise visibility_timeout_ms",
     ),
+    CodeInfo(
+        "X_JOB_CRASHED",
+        "the worker process died while running this job, every time it ran alone",
+        "the job kills its process (a segfault, os._exit, an out-of-memory kill, a C extension "
+        "crash): x jobs show <id> names the last worker that died; fix the job, then x jobs "
+        "retry <id> — or raise job(max_crashes=...)",
+        _T,
+        status=500,
+    ),
     # --- declaration and enqueue ------------------------------------------------------------
     CodeInfo(
         "X_IDEMPOTENCY_REQUIRED",

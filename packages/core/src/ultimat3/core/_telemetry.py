@@ -37,6 +37,9 @@ EVENT_LEVELS = MappingProxyType(
         "jobs.progress.failed": "warning",
         "jobs.run.crashed": "error",
         "jobs.sample.failed": "warning",
+        # crash accounting (issue 23): a lapse whose worker was known dead
+        "jobs.job.crashed": "error",
+        "jobs.job.isolation-deferred": "info",
         # consumer(): a re-arm pass, a committed batch, a lag callback that answered no count
         "jobs.consumer.armed": "info",
         "jobs.consumer.batch": "debug",

@@ -144,6 +144,7 @@ def _row_fields(h: Mapping[str, Any]) -> dict[str, Any]:
         "worker_id": maybe_text(h.get("worker_id")),
         "lease_expires_at": _time(h, "lease_expires_at"),
         "finished_at": _time(h, "finished_at"),
+        "crashes": _int(h, "crashes") or 0,
     }
 
 

@@ -429,6 +429,8 @@ class RedisJobDriver:
                 concurrency_key=maybe_text(c[11]),
                 created_at_ms=int(text(c[12])),
                 trace_context=json.loads(text(c[13])) if c[13] else None,
+                crash_streak=int(c[15]) if len(c) > 15 else 0,
+                crashed_worker=maybe_text(c[16]) if len(c) > 16 and c[16] else None,
             )
             for c in reply[1]
         ]

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 
 from ultimat3.jobs._declare.input_guard import MAX_INPUT_BYTES, MAX_INPUT_BYTES_CEILING
 from ultimat3.jobs._declare.job import Job, job
-from ultimat3.jobs._declare.policy import UNWIND_MARGIN, Concurrency, Retry
+from ultimat3.jobs._declare.policy import (
+    DEFAULT_MAX_CRASHES,
+    MAX_CRASHES_CEILING,
+    UNWIND_MARGIN,
+    Concurrency,
+    Retry,
+)
 from ultimat3.jobs._declare.task import (
     MAX_CATCH_UP,
     CatchUp,
@@ -178,9 +184,11 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "DEFAULT_MAX_CRASHES",
     "ENQUEUE_CHUNK",
     "MAX_BULK_ROWS",
     "MAX_CATCH_UP",
+    "MAX_CRASHES_CEILING",
     "MAX_ENQUEUE_BATCH",
     "MAX_INPUT_BYTES",
     "MAX_INPUT_BYTES_CEILING",

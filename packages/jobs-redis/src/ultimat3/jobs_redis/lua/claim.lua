@@ -6,7 +6,9 @@
 -- handed out. Answers {now, claimed rows, buried rows}; a claimed row ends with 1 when the job
 -- has a step recorded, else 0 (its first steps.load then needs no round trip); a buried row is
 -- {id, name, queue, attempts, max_attempts, state, lapsed worker, run_id, payload, tenant_id or
--- false, last_error}, then the ms until the next waiting row falls due (or false). The queues
+-- false, last_error}, then the ms until the next waiting row falls due (or false). A claimed
+-- row's last two fields are its crash streak and, when this claim follows a crash, the worker
+-- that died (else false). The queues
 -- are served in turn: the first due row of each queue in the order named, then the second, ...
 local worker, limit, vt, nonce, template = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local nq = tonumber(ARGV[6])
@@ -43,16 +45,44 @@ for i = 1, nq do
   end
 end
 
+-- A lapse is a CRASH when the worker holding the row is known dead (its registry row wk:<id>
+-- expired: hb + vt <= now), not an attempt; it is DEFERRED while that row is live and names the
+-- job in flight (at most one more window past the lease); else (no registry row) an attempt.
+local function lapse_verdict(id, holder, lapsed_at)
+  if not holder then
+    return 'attempt'
+  end
+  local w = redis.call('HMGET', P .. 'wk:' .. holder, 'hb', 'vt', 'in_flight')
+  local hb, wvt = tonumber(w[1]), tonumber(w[2])
+  if not hb or not wvt then
+    return 'attempt'
+  end
+  if hb + wvt <= now then
+    return 'crash'
+  end
+  if lapsed_at + wvt > now and w[3] and string.find(w[3], '"' .. id .. '"', 1, true) then
+    return 'defer'
+  end
+  return 'attempt'
+end
+
 table.sort(lapsed, before)
 local buried = {}
+local crashed = {}
 for k = 1, math.min(limit, #lapsed) do
   local id = lapsed[k].id
   local key = P .. 'j:' .. id
   local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'run_at', 'worker_id', 'run_id',
     'payload', 'tenant_id')
   local attempts, max_attempts = tonumber(f[1]), tonumber(f[2])
+  local verdict = attempts and lapse_verdict(id, f[4], lapsed[k].at) or 'attempt'
   if not attempts then
     redis.call('ZREM', P .. 'r:' .. lapsed[k].q, id) -- a row gone from under its index
+  elseif verdict == 'defer' then
+    -- its worker may still run it: wait for its registry row
+  elseif verdict == 'crash' then
+    crashed[id] = f[4]
+    cands[#cands + 1] = { id = id, at = tonumber(f[3]), q = lapsed[k].q }
   elseif attempts >= max_attempts then
     local r = load(id)
     local state = nodead[r.name] and 'failed' or 'dead'
@@ -99,13 +129,26 @@ for c = 1, #cands do
   local f = redis.call('HMGET', key,
     'run_id', 'name', 'queue', 'payload', 'attempts', 'max_attempts', 'idempotency_key',
     'tenant_id', 'concurrency_key', 'created_at', 'state', 'lk', 'wait_event', 'trace_context',
-    'sseq')
+    'sseq', 'crashes', 'crash_streak', 'crashed_at')
   if not f[1] then
     redis.call('ZREM', P .. 'w:' .. cands[c].q, id) -- a row gone from under its index
     redis.call('ZREM', P .. 'r:' .. cands[c].q, id)
   else
     k = k + 1
-    local attempts = tonumber(f[5]) + 1
+    local died = crashed[id]
+    local crash = died and 1 or 0
+    local attempts = tonumber(f[5]) + 1 - crash
+    local streak = (tonumber(f[17]) or 0) + crash
+    local since = tonumber(f[18])
+    if died and since then -- a step completed since the crash before: progress, a new streak
+      for _, raw in ipairs(redis.call('HVALS', P .. 's:' .. id)) do
+        local st = cjson.decode(raw)
+        if st.s == 'completed' and tonumber(st.u) > since then
+          streak = 1
+          break
+        end
+      end
+    end
     local token = nonce .. ':' .. k
     local lease = now + vt
     local r = { id = id, queue = f[3], state = f[11], created_at = f[10], lk = f[12],
@@ -113,9 +156,13 @@ for c = 1, #cands do
     forget_wait(r)
     redis.call('HSET', key, 'attempts', attempts, 'worker_id', worker, 'claim', token,
       'lease_expires_at', N(lease))
+    if died then
+      redis.call('HSET', key, 'crashes', (tonumber(f[16]) or 0) + 1, 'crash_streak', streak,
+        'crashed_at', N(now))
+    end
     move(r, 'running', now, lease)
     claimed[#claimed + 1] = { id, f[1], f[2], f[3], f[4], attempts, f[6], token, lease, f[7],
-      f[8], f[9], f[10], f[14], f[15] and 1 or 0 }
+      f[8], f[9], f[10], f[14], f[15] and 1 or 0, streak, died or false }
   end
 end
 -- fewer than the limit handed out: the ms until the earliest waiting row of these queues that

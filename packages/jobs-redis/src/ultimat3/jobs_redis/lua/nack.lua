@@ -15,6 +15,9 @@ if err then
   redis.call('HSET', key, 'last_error', err)
 end
 redis.call('HDEL', key, 'worker_id', 'claim', 'lease_expires_at')
+if outcome == 'retry' or outcome == 'dead' or outcome == 'failed' then
+  redis.call('HDEL', key, 'crash_streak') -- an attempt settled: the crash streak ends
+end
 local r = load(id)
 if outcome == 'retry' then
   redis.call('HSET', key, 'run_at', N(later))

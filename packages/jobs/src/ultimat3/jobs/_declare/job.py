@@ -33,7 +33,14 @@ from ultimat3.jobs._declare.input_guard import (
     checked_payload,
     flat_forms_pass,
 )
-from ultimat3.jobs._declare.policy import MAX_CONCURRENCY_KEY, Concurrency, Retry, WhenBusy
+from ultimat3.jobs._declare.policy import (
+    DEFAULT_MAX_CRASHES,
+    MAX_CONCURRENCY_KEY,
+    MAX_CRASHES_CEILING,
+    Concurrency,
+    Retry,
+    WhenBusy,
+)
 from ultimat3.jobs._declare.result import job_result
 from ultimat3.jobs._declare.sync_body import as_async_body
 from ultimat3.jobs.adapter import EnqueueResult
@@ -80,6 +87,7 @@ class Job(Generic[I, R]):
         on_settled_timeout_ms: int,
         body: Body[I, R],
         max_input_bytes: int = MAX_INPUT_BYTES,
+        max_crashes: int = DEFAULT_MAX_CRASHES,
     ) -> None:
         self.name: Final = name
         self.input: Final = input
@@ -95,6 +103,8 @@ class Job(Generic[I, R]):
         self.on_settled_timeout_ms: Final = on_settled_timeout_ms
         self.tenant: Final = tenant
         self.max_input_bytes: Final = max_input_bytes
+        self.max_crashes: Final = max_crashes
+        """Isolated runs that may crash their process before the job is dead, X_JOB_CRASHED."""
         self._adapter = adapter
         self._list_adapter: TypeAdapter[list[I]] | None = None
         self._key = idempotency_key
@@ -330,6 +340,7 @@ def job(
     on_settled: OnSettled | None = None,
     on_settled_timeout: Duration = "30s",
     max_input_bytes: int = MAX_INPUT_BYTES,
+    max_crashes: int = DEFAULT_MAX_CRASHES,
     run: Body[I, R],
 ) -> Job[I, R]: ...
 
@@ -351,6 +362,7 @@ def job(
     on_settled: OnSettled | None = None,
     on_settled_timeout: Duration = "30s",
     max_input_bytes: int = MAX_INPUT_BYTES,
+    max_crashes: int = DEFAULT_MAX_CRASHES,
     run: None = None,
 ) -> _JobDecorator[I]: ...
 
@@ -371,6 +383,7 @@ def job(
     on_settled: Any = None,
     on_settled_timeout: Any = "30s",
     max_input_bytes: Any = MAX_INPUT_BYTES,
+    max_crashes: Any = DEFAULT_MAX_CRASHES,
     run: Any = None,
 ) -> Any:
     """Declare a job: with ``run=`` it answers the ``Job``; without, a decorator for the body
@@ -391,6 +404,7 @@ def job(
         "on_settled": on_settled,
         "on_settled_timeout": on_settled_timeout,
         "max_input_bytes": max_input_bytes,
+        "max_crashes": max_crashes,
     }
     if run is None:
         _build(fields, None, dry=True)  # refused at job(...), before the decorator applies
@@ -444,6 +458,14 @@ def _build(f: dict[str, Any], body: Any, *, dry: bool = False) -> Job[Any, Any] 
             f"1..{MAX_INPUT_BYTES_CEILING:,}",
             "max_input_bytes=1_048_576 (the default); queue a reference for bigger data",
         )
+    max_crashes = f["max_crashes"]
+    if isinstance(max_crashes, bool) or not isinstance(max_crashes, int):
+        max_crashes = -1
+    if not 1 <= max_crashes <= MAX_CRASHES_CEILING:
+        causes.add(
+            f"max_crashes {f['max_crashes']!r} is not an int in 1..{MAX_CRASHES_CEILING}",
+            f"max_crashes={DEFAULT_MAX_CRASHES} (the default)",
+        )
     if f["on_settled"] is not None and not callable(f["on_settled"]):
         causes.add(
             f"on_settled is a {type(f['on_settled']).__name__}, not a callable",
@@ -487,4 +509,5 @@ def _build(f: dict[str, Any], body: Any, *, dry: bool = False) -> Job[Any, Any] 
         on_settled_timeout_ms=settled_timeout_ms or 30_000,
         body=body,
         max_input_bytes=max_input_bytes,
+        max_crashes=max_crashes,
     )

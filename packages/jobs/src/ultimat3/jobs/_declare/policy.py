@@ -22,6 +22,11 @@ MAX_CONCURRENCY_KEY: Final = 200
 MAX_JOB_NAME: Final = 200
 MAX_RETRY_ATTEMPTS: Final = 10_000
 """The most attempts a ``Retry`` may declare (past it a row's counters would outgrow a column)."""
+DEFAULT_MAX_CRASHES: Final = 3
+"""``job(max_crashes=)``'s default: isolated runs that may crash their process (a lapse whose
+worker is known dead) before the job is dead with ``X_JOB_CRASHED``."""
+MAX_CRASHES_CEILING: Final = 100
+"""The largest ``max_crashes`` a job may declare."""
 
 DEFAULT_RETRY_ATTEMPTS: Final = 3
 DEFAULT_RETRY_DELAY_MS: Final = 1_000

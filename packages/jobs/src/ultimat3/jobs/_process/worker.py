@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ultimat3.core import AbortController, XError, adapter, log_event
 from ultimat3.jobs._process.gauges import unwatch_worker, watch_worker
+from ultimat3.jobs._process.isolation import CrashIsolation
 from ultimat3.jobs._process.sampler import DEFAULT_DEPTH_SAMPLE_INTERVAL_MS, DepthSampler
 from ultimat3.jobs._process.settings import (
     UNSET,
@@ -332,6 +333,8 @@ class JobWorker:
         self._counts: dict[str, int] = {}
         self._registered = False
         self._queue_wake: WakeHandle | None = None
+        self._isolation = CrashIsolation()
+        """Runs with a crash on record: each runs alone (``_process/isolation.py``)."""
         self.depth_sampler = DepthSampler(depth_sample_interval_ms)
         """Behind the ``queue_depth`` / ``queue_demand`` gauges (``_process/sampler.py``)."""
 
@@ -467,6 +470,9 @@ class JobWorker:
 
     def room(self) -> int | None:
         """Claims this worker may make now (``None``: no process cap)."""
+        isolated = self._isolation.room(len(self._runs))  # a crashed job runs alone
+        if isolated is not None:
+            return isolated
         if self.max_in_flight is None:
             return None
         return max(0, self.max_in_flight - len(self._runs))
@@ -610,7 +616,18 @@ class JobWorker:
             return
         loop = asyncio.get_running_loop()
         runs, in_body = self._runs, self._in_body
+        busy = bool(runs)
         for one in claimed:
+            job = self.jobs.get(one.name)
+            if not self._isolation.admit(  # a job with a crash on record runs alone, or not here
+                one,
+                batch=len(claimed),
+                busy=busy,
+                worker_id=self.id,
+                max_crashes=None if job is None else job.max_crashes,
+                driver=self.driver,
+            ):
+                continue
             controller = AbortController()
             if self._draining:
                 controller.abort(self._drain_reason(one.id, "drain()"))
@@ -655,6 +672,7 @@ class JobWorker:
         finally:
             self._runs.pop(claimed.id, None)
             self._in_body.discard(claimed.id)
+            self._isolation.release(claimed.id)
             self._poke()
 
     # --- the loop -----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from ultimat3.jobs._run.attempt_settle import Settles
 from ultimat3.jobs._run.compensation import original_error, unwind, unwind_due
 from ultimat3.jobs._run.concurrency import SlotHold, key_busy, take_slot, unenforceable
 from ultimat3.jobs._run.context import JobContext, ProgressWriter
+from ultimat3.jobs._run.crashes import crash_exhausted, crashed_error
 from ultimat3.jobs._run.heartbeat import Heartbeat
 from ultimat3.jobs._run.limiter import rate_limited
 from ultimat3.jobs._run.observe import RunEvent
@@ -262,6 +263,9 @@ class _Attempt(Settles):
             # terminally before the body runs
             return await self._fail(error_dict(exc), terminal=True)
         self.value = value
+        if claimed.crash_streak and crash_exhausted(claimed, job.max_crashes):
+            # its isolated runs crashed the process max_crashes times: dead, the body not run
+            return await self._bury(error_dict(crashed_error(claimed, job.max_crashes)))
         if job.concurrency is not None:
             refused = await self._take_slot(job, value)
             if refused is not None:

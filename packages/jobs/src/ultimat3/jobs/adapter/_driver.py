@@ -283,7 +283,13 @@ class JobDriver(Protocol):
     ) -> list[ClaimedJob]:
         """Hand out at most ``limit`` due jobs of unpaused ``queues``; counts the attempt. A lapsed
         lease is re-offered; a lapse on a row's final attempt is settled ``dead`` by the claim
-        itself (``failed`` for the job names in ``no_dead_letter``) and never handed out."""
+        itself (``failed`` for the job names in ``no_dead_letter``) and never handed out.
+
+        A lapse whose worker is known dead (its ``WorkerRegistry`` row expired) is a CRASH, not
+        an attempt: re-offered with the attempt handed back, ``crash_streak`` one up and
+        ``crashed_worker`` set (never buried); a lapse whose worker's live row names the job in
+        flight waits, at most one more window. A settled attempt (``nack`` retry / dead /
+        failed) ends the streak. ``JobDriverConformance`` holds all of it."""
         ...
 
     async def ack(

@@ -181,6 +181,12 @@ class ClaimedJob:
     created_at_ms: int = 0
     trace_context: Mapping[str, str] | None = None
     """The enqueuing span's propagation headers stored on the row, if any."""
+    crash_streak: int = 0
+    """Crashes on record since the run last settled an attempt (a lapse whose worker was known
+    dead counts one; a crash after a step completed since the crash before starts again at 1).
+    Above 0 the worker runs the job isolated (``_process/isolation.py``)."""
+    crashed_worker: str | None = None
+    """Set when THIS claim follows a crash: the worker that died holding the run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +239,8 @@ class JobRow:
     worker_id: str | None = None
     lease_expires_at: datetime | None = None
     finished_at: datetime | None = None
+    crashes: int = 0
+    """Lapses whose worker was known dead (its process died holding the run), every attempt."""
 
 
 @dataclass(frozen=True, slots=True)

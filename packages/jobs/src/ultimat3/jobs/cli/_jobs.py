@@ -275,11 +275,19 @@ async def cmd_list(inv: Invocation) -> Answer:
     return Answer(data, "\n".join(lines))
 
 
+def _crashes_text(crashes: int) -> str:
+    """Lapses whose worker was known dead (issue 23: a crash is not an attempt)."""
+    if not crashes:
+        return "0"
+    return f"{crashes}  (a worker process died while running it; not counted as attempts)"
+
+
 def _show_text(job: JobDetail, backfill: BackfillRow | None) -> str:
     fields = [
         ("job", f"{job.id}  ({job.name}, queue {job.queue})"),
         ("run", job.run_id),
         ("state", _state_text(job)),
+        ("crashes", _crashes_text(job.crashes)),
         ("run at", when(job.run_at)),
         ("created", when(job.created_at)),
         ("updated", when(job.updated_at)),

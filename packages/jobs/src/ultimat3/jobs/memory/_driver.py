@@ -50,7 +50,7 @@ from ._events import MemoryEventBus, memory_event_bus
 from ._introspect import MemoryJobIntrospection
 from ._leases import MemoryLeaseStore
 from ._redactions import MemoryRedactionCatalog
-from ._state import MemoryState, MemRow, MemWorker, freeze
+from ._state import MemoryState, MemRow, MemWorker, freeze, lapse_verdict
 from ._steps import MemoryStepStore, held
 
 NACK_OUTCOMES: Final[tuple[NackOutcome, ...]] = ("retry", "dead", "failed", "suspend", "release")
@@ -249,13 +249,19 @@ class MemoryJobDriver:
         turn = {q: i for i, q in reversed(list(enumerate(queues))) if q not in paused}
         due: list[MemRow] = []
         later: int | None = None
+        crashed: dict[str, str] = {}
+        """Lapsed rows whose worker is known dead, with that worker: a crash, not an attempt."""
         for job_id in self._s.live_ids:
             row = self._s.rows[job_id]
             if row.queue not in turn:
                 continue
             if row.state == "running":
                 if row.lease_expires_at_ms is not None and row.lease_expires_at_ms <= now:
-                    due.append(row)
+                    verdict = lapse_verdict(self._s.workers.get(row.worker_id or ""), row, now)
+                    if verdict != "defer":
+                        due.append(row)
+                        if verdict == "crash":
+                            crashed[row.id] = row.worker_id or ""
             elif row.run_at_ms <= now:
                 due.append(row)
             elif later is None or row.run_at_ms < later:
@@ -273,10 +279,22 @@ class MemoryJobDriver:
         for row in due:
             if len(claimed) >= limit:
                 break
-            if row.state == "running" and row.attempts >= row.max_attempts:
+            crashed_worker = crashed.get(row.id)
+            if crashed_worker is not None:
+                row.crashes += 1
+                since = row.crashed_at_ms
+                progressed = since is not None and any(
+                    st.state == "completed" and st.updated_at_ms > since
+                    for st in self._s.steps.get(row.id, {}).values()
+                )
+                # a step completed since the crash before: progress, a new streak
+                row.crash_streak = 1 if progressed else row.crash_streak + 1
+                row.crashed_at_ms = now
+            elif row.state == "running" and row.attempts >= row.max_attempts:
                 self._exhaust(row, no_dead_letter, now)
                 continue
-            row.attempts += 1
+            else:
+                row.attempts += 1
             row.worker_id = worker_id
             row.claim = new_id()
             row.lease_expires_at_ms = now + visibility_timeout_ms
@@ -300,6 +318,8 @@ class MemoryJobDriver:
                     concurrency_key=row.concurrency_key,
                     created_at_ms=row.created_at_ms,
                     trace_context=row.trace_context,
+                    crash_streak=row.crash_streak,
+                    crashed_worker=crashed_worker,
                 )
             )
         if later is not None and len(claimed) < limit:
@@ -460,6 +480,8 @@ class MemoryJobDriver:
         if error_json is not None:
             row.last_error_json = error_json
         row.clear_lease()
+        if outcome in ("retry", "dead", "failed"):
+            row.crash_streak = 0  # an attempt settled: the crash streak ends
         counted: CounterKind | None = None
         if outcome == "retry":
             row.run_at_ms = later

@@ -85,6 +85,9 @@ class MemRow:
     finished_at_ms: int | None = None
     wait_event: str | None = None
     trace_context: Mapping[str, str] | None = None
+    crashes: int = 0
+    crash_streak: int = 0
+    crashed_at_ms: int | None = None
 
     @property
     def live_key(self) -> LiveKey:
@@ -138,6 +141,7 @@ class MemRow:
             "finished_at": None
             if self.finished_at_ms is None
             else from_epoch_ms(self.finished_at_ms),
+            "crashes": self.crashes,
         }
 
 
@@ -154,6 +158,21 @@ class MemWorker:
 
     def expired(self, now_ms: int) -> bool:
         return self.last_heartbeat_ms + self.visibility_timeout_ms <= now_ms
+
+
+def lapse_verdict(worker: MemWorker | None, row: MemRow, now_ms: int) -> str:
+    """What a lapsed lease of ``row`` is (Postgres: ``sql/queries/crashes.sql``): ``'crash'``
+    when its worker is known dead (its registry row expired), ``'defer'`` while the worker's
+    live registry row names it in flight (for at most one more window past the lease), else
+    ``'attempt'`` (no registry row: a hand-driven claim)."""
+    if worker is None:
+        return "attempt"
+    if worker.expired(now_ms):
+        return "crash"
+    lapsed_at = row.lease_expires_at_ms or 0
+    if row.id in worker.in_flight and lapsed_at + worker.visibility_timeout_ms > now_ms:
+        return "defer"
+    return "attempt"
 
 
 @dataclass

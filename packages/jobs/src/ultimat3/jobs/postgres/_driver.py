@@ -311,6 +311,8 @@ class PostgresJobDriver:
                     concurrency_key=r[13],
                     created_at_ms=r[14],
                     trace_context=r[20],
+                    crash_streak=r[21],
+                    crashed_worker=r[22],
                 )
             )
         return claimed

@@ -11,7 +11,7 @@ from typing import Any, Final
 from ultimat3.core import XError, is_lowercase_uuid, to_json_form
 from ultimat3.jobs.adapter import BackfillRow, JobDetail, JobRow, StepRecord, WorkerRow
 
-JOB_COLUMNS: Final = 20
+JOB_COLUMNS: Final = 21
 """How many columns the ``job_columns`` fragment of ``sql/queries/*.sql`` selects."""
 
 
@@ -47,6 +47,7 @@ def job_row(r: Sequence[Any]) -> JobRow:
         worker_id=r[17],
         lease_expires_at=utc_or_none(r[18]),
         finished_at=utc_or_none(r[19]),
+        crashes=r[20],
     )
 
 

@@ -21,6 +21,7 @@ and those tests then check that the driver really has none, instead of skipping.
 from __future__ import annotations
 
 from ultimat3.jobs.testing._conformance_base import ConformanceBase
+from ultimat3.jobs.testing._conformance_crashes import CrashConformance
 from ultimat3.jobs.testing._conformance_inspect import InspectConformance
 from ultimat3.jobs.testing._conformance_operate import OperateConformance
 from ultimat3.jobs.testing._conformance_queue import QueueConformance
@@ -30,7 +31,7 @@ __all__ = ["ConformanceBase", "JobDriverConformance"]
 
 
 class JobDriverConformance(
-    QueueConformance, RunConformance, InspectConformance, OperateConformance
+    QueueConformance, RunConformance, InspectConformance, OperateConformance, CrashConformance
 ):
     """The driver contract as tests. Subclass it with a ``Test`` name and override
     ``make_driver`` (and ``advance_clock`` when the driver's clock can be moved)."""

@@ -40,7 +40,12 @@ CREATE TABLE x_jobs (
     result            jsonb,
     wait_event        text COLLATE "C",
     -- the enqueuing request's trace context (traceparent / tracestate); NULL without a span
-    trace_context     jsonb
+    trace_context     jsonb,
+    -- lapses whose worker was known dead (crashes), and those since the last settled attempt
+    -- (crash_streak: above 0 the job runs isolated; see queries/crashes.sql), the last crash's time
+    crashes           integer NOT NULL DEFAULT 0 CHECK (crashes >= 0),
+    crash_streak      integer NOT NULL DEFAULT 0 CHECK (crash_streak >= 0),
+    crashed_at        timestamptz
 );
 
 -- The dedupe key: one LIVE row per (name, tenant, idempotency key). Serves enqueue /

@@ -14,7 +14,9 @@
 -- x_jobs_pkey. A lapsed row on its final attempt is buried here (dead, or failed for the
 -- no_dead_letter names) with X_JOB_LEASE_LOST, counted, and returned as kind 'buried'. Each
 -- claimed row says whether it has steps (x_job_steps_pkey), so the run's first steps.load of a
--- step-less job costs no round trip.
+-- step-less job costs no round trip. A lapse whose worker is known dead is a CRASH, not an
+-- attempt (crashes.sql): never buried, re-offered with its attempt handed back and one more
+-- crash on record; a lapse whose live worker still names the job in flight waits.
 WITH queues AS (
     SELECT q.queue, min(q.ord) AS ord
     FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q (queue, ord)
@@ -36,14 +38,17 @@ due AS MATERIALIZED (
     ) d
 ),
 lapsed AS MATERIALIZED (
-    SELECT l.id, l.run_at, l.exhausted, l.worker_id, queues.ord
+    SELECT l.id, l.run_at, l.worker_id, l.crashed, l.progressed,
+           NOT l.crashed AND l.spent AS exhausted, queues.ord
     FROM queues
     CROSS JOIN LATERAL (
-        SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS exhausted, j.worker_id
+        SELECT j.id, j.run_at, j.attempts >= j.max_attempts AS spent, j.worker_id,
+               {lapse_crashed} AS crashed, {lapse_progressed} AS progressed
         FROM {x_jobs} j
         WHERE j.queue = queues.queue
           AND j.state = 'running'
           AND j.lease_expires_at <= now()
+          AND NOT {lapse_deferred}
         ORDER BY j.lease_expires_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -76,7 +81,10 @@ next_due AS (
 claimed AS (
     UPDATE {x_jobs} AS j SET
         state = 'running',
-        attempts = j.attempts + 1,
+        attempts = j.attempts + 1 - {crash_of_lapse},
+        crashes = j.crashes + {crash_of_lapse},
+        crash_streak = {streak_of_lapse},
+        crashed_at = CASE WHEN {crash_of_lapse} = 1 THEN now() ELSE j.crashed_at END,
         worker_id = %(worker_id)s,
         claim = gen_random_uuid(),
         lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
@@ -85,7 +93,8 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.run_id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.claim,
               j.lease_expires_at, j.idempotency_key, j.tenant_id, j.concurrency_key,
-              j.created_at, j.run_at, j.trace_context
+              j.created_at, j.run_at, j.trace_context, j.crash_streak,
+              (SELECT l.worker_id FROM lapsed l WHERE l.id = j.id AND l.crashed) AS crashed_worker
 ),
 buried AS (
     UPDATE {x_jobs} AS j SET
@@ -125,17 +134,17 @@ FROM (
            floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
            NULL::text AS state, NULL::text AS lapsed_worker, c.run_at,
            EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps,
-           NULL::jsonb AS last_error, c.trace_context
+           NULL::jsonb AS last_error, c.trace_context, c.crash_streak, c.crashed_worker
     FROM claimed c
     UNION ALL
     SELECT 'buried', b.id::text, b.run_id::text, b.name, b.queue, b.payload, b.attempts,
            b.max_attempts, NULL, NULL, NULL, NULL, b.tenant_id, NULL, NULL, b.state,
-           b.lapsed_worker, b.run_at, NULL, b.last_error, NULL
+           b.lapsed_worker, b.run_at, NULL, b.last_error, NULL, NULL, NULL
     FROM buried b
     UNION ALL
     SELECT 'next', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            ceil(extract(epoch FROM (n.run_at - now())) * 1000)::bigint, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, n.run_at, NULL, NULL, NULL
+           NULL, NULL, NULL, n.run_at, NULL, NULL, NULL, NULL, NULL
     FROM next_due n
     WHERE n.run_at IS NOT NULL
 ) r

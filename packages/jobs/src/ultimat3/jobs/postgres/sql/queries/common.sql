@@ -18,7 +18,8 @@
 -- (fragment) a JobRow, in _rows.job_row's order, from `x_jobs AS j`.
 j.id::text, j.run_id::text, j.name, j.queue, j.state, j.attempts, j.max_attempts, j.run_at,
 j.created_at, j.updated_at, j.idempotency_key, j.payload, j.tenant_id, j.concurrency_key,
-j.last_error, j.progress, j.result, j.worker_id, j.lease_expires_at, j.finished_at
+j.last_error, j.progress, j.result, j.worker_id, j.lease_expires_at, j.finished_at,
+j.crashes
 
 -- name: count_settled
 -- (fragment) the counters move in the settling statement: upsert one bucket per tier for the

@@ -82,6 +82,9 @@ WITH settled_rows AS (
             ELSE j.run_at END,
         attempts = CASE WHEN %(outcome)s::text IN ('suspend', 'release')
             THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+        -- an attempt settled (retry, dead, failed): the crash streak ends, isolation with it
+        crash_streak = CASE WHEN %(outcome)s::text IN ('suspend', 'release')
+            THEN j.crash_streak ELSE 0 END,
         last_error = coalesce(%(error)s::jsonb, j.last_error),
         finished_at = CASE WHEN %(outcome)s::text IN ('dead', 'failed')
             THEN now() ELSE j.finished_at END,
