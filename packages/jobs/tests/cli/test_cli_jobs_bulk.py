@@ -48,12 +48,12 @@ def put(driver: Any, *requests: EnqueueRequest) -> list[str]:
     return [r.id for r in requests]
 
 
-def bury(driver: Any, queue: str, code: str = "X_JOB_STEP_FAILED") -> str:
+def bury(driver: Any, queue: str, code: str | None = "X_JOB_STEP_FAILED") -> str:
     async def go() -> str:
         [held] = await driver.claim(
             queues=[queue], limit=1, worker_id="w", visibility_timeout_ms=30_000
         )
-        error = {"code": code, "message": "it broke"}
+        error = {"code": code, "message": "it broke", "meta": {"type": "TypeError"}}
         assert await driver.nack(
             held.id, worker_id="w", claim=held.claim, outcome="dead", error=error
         )
@@ -106,6 +106,16 @@ def test_list_shows_the_last_errors_code(capsys: Capture, driver: MemoryJobDrive
     assert main(["jobs", "list"], driver=driver) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(dead))
     assert "X_RATE_LIMITED" in line and "dead" in line
+
+
+def test_list_names_a_plain_exceptions_type_where_it_has_no_code(
+    capsys: Capture, driver: MemoryJobDriver
+) -> None:
+    put(driver, req(queue="q2"))
+    dead = bury(driver, "q2", code=None)  # a TypeError from the body: stored with no code
+    assert main(["jobs", "list"], driver=driver) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(dead))
+    assert "TypeError" in line and "dead" in line
 
 
 def test_a_suspended_run_reads_as_waiting_not_as_never_tried(

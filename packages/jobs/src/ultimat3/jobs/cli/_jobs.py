@@ -173,8 +173,17 @@ def attempts_text(r: JobRow) -> str:
 
 
 def error_code(r: JobRow) -> str:
-    code = r.last_error.get("code") if isinstance(r.last_error, Mapping) else None
-    return str(code) if code else "-"
+    """The last error's code; for an exception that is not an ``XError`` (no code), its type
+    (``TypeError``); ``-`` for none."""
+    error = r.last_error
+    if not isinstance(error, Mapping):
+        return "-"
+    code = error.get("code")
+    if code:
+        return str(code)
+    meta = error.get("meta")
+    kind = meta.get("type") if isinstance(meta, Mapping) else None
+    return str(kind) if kind else "-"
 
 
 def _job_table(rows: list[JobRow]) -> str:
