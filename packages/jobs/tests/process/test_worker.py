@@ -439,6 +439,42 @@ async def test_a_started_worker_registers_and_a_stopped_one_leaves(
     assert await driver.introspect.workers() == []
 
 
+async def test_a_worker_at_its_cap_keeps_its_registry_entry_alive() -> None:
+    """The registry heartbeat runs on its own timer: a worker whose every slot is held by a
+    long run (its claim loop asleep at the cap) still renews its entry, so the entry never
+    expires under a live worker (and a lapse of one of its runs never reads as a crash)."""
+    driver = memory_job_driver()  # the real clock: the entry expires one visibility timeout on
+    release = asyncio.Event()
+
+    async def holds(input: N, step: Any, ctx: Any) -> None:
+        await release.wait()
+
+    j = job(input=N, idempotency_key=lambda i: str(i.n), name="holds", run=holds)
+    with swap_adapter(JOB_DRIVER, driver):
+        await j.enqueue({"n": 1})
+        w = job_worker(
+            jobs=[j],
+            max_in_flight=1,
+            visibility_timeout_ms=600,
+            heartbeat_interval_ms=200,
+            poll_interval_ms=5,
+            handle_signals=False,
+        )
+        await w.start()
+        try:
+            for _ in range(200):
+                if w.held():
+                    break
+                await asyncio.sleep(0.005)
+            assert w.room() == 0  # at the cap: the claim loop only sleeps
+            await asyncio.sleep(1.5)  # two and a half visibility timeouts
+            assert [row.id for row in await driver.introspect.workers()] == [w.id]
+        finally:
+            release.set()
+            await w.stop()
+        assert await driver.introspect.workers() == []
+
+
 async def test_a_failing_claim_is_logged_and_the_loop_goes_on(driver: EngineDriver) -> None:
     class Down(ClaimSpy):
         async def claim(self, **kw: Any) -> Any:

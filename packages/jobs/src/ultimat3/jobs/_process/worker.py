@@ -326,6 +326,9 @@ class JobWorker:
         self._noted_at: float | None = None
         """The earliest due instant noted since the last claim was sent."""
         self._loop_task: asyncio.Task[None] | None = None
+        self._beat_task: asyncio.Task[None] | None = None
+        """The registry heartbeat, on a timer of its own: a worker at its cap, or idle between
+        wakes, still renews its entry every third of a visibility timeout."""
         self._signal_loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -388,6 +391,7 @@ class JobWorker:
         watch_worker(self)
         self.depth_sampler.start(self.driver, self.queues)
         self._loop_task = asyncio.ensure_future(self._loop())
+        self._beat_task = asyncio.ensure_future(self._beat_loop())
         if self._handle_signals:
             self._install_sigterm()
 
@@ -678,8 +682,6 @@ class JobWorker:
     # --- the loop -----------------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        beat_every = self._settings.visibility_timeout_ms / 3000
-        last_beat = asyncio.get_running_loop().time()
         while not self._stopping:
             room = self.room()
             if room is not None and room <= 0:
@@ -696,11 +698,16 @@ class JobWorker:
             else:
                 wait = self._idle_s
                 self._idle_s = min(self._idle_s * 2, self._idle_max())
-            now = asyncio.get_running_loop().time()
-            if now - last_beat >= beat_every:
-                last_beat = now
-                await self._beat()
             await self._sleep(wait)
+
+    async def _beat_loop(self) -> None:
+        """Renew the registry entry every third of a visibility timeout, whatever the claim
+        loop is doing (sleeping at its cap, idle behind a proven wake): an entry that expires
+        while its worker lives would make a lapse of one of its runs read as a crash."""
+        every = self._settings.visibility_timeout_ms / 3000
+        while True:
+            await asyncio.sleep(every)
+            await self._beat()
 
     def _idle_max(self) -> float:
         if self.wake_proven:
@@ -738,6 +745,11 @@ class JobWorker:
         unwatch_worker(self)
         await self.depth_sampler.stop()
         self._remove_sigterm()
+        beat_task, self._beat_task = self._beat_task, None  # beats while the last runs end
+        if beat_task is not None:
+            beat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat_task
         await self._deregister()
 
     # --- the driver's wake (optional: QueueWake) -----------------------------------------------
