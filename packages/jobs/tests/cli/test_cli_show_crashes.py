@@ -47,7 +47,7 @@ def test_jobs_show_counts_the_crashes(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("crashes"))
     assert "1" in line and "a worker process died while running it" in line
-    assert "attempt 1 of 3" in out, "a crash is not an attempt"
+    assert "1 of 3 attempts spent" in out, "a crash is not an attempt"
     assert main(["jobs", "show", job_id, "--json"], driver=driver) == 0
     assert json.loads(capsys.readouterr().out)["crashes"] == 1
     assert main(["jobs", "show", calm_id, "--json"], driver=driver) == 0
