@@ -98,10 +98,11 @@ def log_event(name: str, *, level: str | None = None, **fields: Any) -> None:
             f"log_event {name!r}: unknown level {chosen!r}",
             fix="use level='debug', 'info', 'warning', 'error' or 'critical'",
         )
-    with _captures_lock:
-        captures = list(_captures)
-    for capture in captures:
-        capture.append({"event": name, "level": chosen, **fields})
+    if _captures:  # read without the lock first: most events have no capture open
+        with _captures_lock:
+            captures = list(_captures)
+        for capture in captures:
+            capture.append({"event": name, "level": chosen, **fields})
     if _logger.isEnabledFor(levelno):
         text = " ".join([name, *(f"{k}={v}" for k, v in fields.items())])
         _logger.log(levelno, "%s", text, extra={"event": name, "x_fields": dict(fields)})

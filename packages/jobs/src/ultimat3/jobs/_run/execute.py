@@ -115,6 +115,7 @@ _PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 class _Attempt(Settles):
     __slots__ = (
+        "_began",
         "_first",
         "_loop",
         "claim_mono",
@@ -169,6 +170,7 @@ class _Attempt(Settles):
         self.original: dict[str, Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._first: asyncio.Future[None] | None = None
+        self._began = False
 
     async def execute(self) -> RunOutcome:
         claimed = self.claimed
@@ -323,15 +325,17 @@ class _Attempt(Settles):
             )
             timer = loop.call_later(job.timeout_ms / 1000, self.controller.abort, reason)
         # the body ending or the signal aborting, whichever comes first (no task of its own;
-        # methods, not closures: a run leaves nothing for the cycle collector)
+        # methods, not closures: a run leaves nothing for the cycle collector). The body's end
+        # is told by ``_body``'s own ``finally`` (no done callback: one loop turn a run saved)
         first = self._first = loop.create_future()
         self._loop = loop
-        task.add_done_callback(self._body_done)
         unsubscribe = signal.add_listener(self._aborted)
         try:
             await first
         except asyncio.CancelledError:
             task.cancel()
+            if not self._began:  # cancelled before its first step: no finally will run
+                task.add_done_callback(self._body_done)
             raise
         finally:
             if timer is not None:
@@ -351,15 +355,29 @@ class _Attempt(Settles):
     async def _body(
         self, job: Job[Any, Any], value: Any, state: RunState, ctx: JobContext, actor: Actor
     ) -> Any:
-        with use_signal(ctx.signal), use_actor(actor), use_tenant(self.claimed.tenant_id):
+        # the body's task runs in a context of its own (a copy, made at create_task): the
+        # ambient signal, actor and tenant are set in it and never reset, since nothing runs in
+        # that context after the body (no ``with``: three exits a run saved)
+        self._began = True
+        try:
+            use_signal(ctx.signal).__enter__()
+            use_actor(actor).__enter__()
+            use_tenant(self.claimed.tenant_id).__enter__()
             if self.unwinding:
                 original = self.original
                 assert original is not None
                 # replay only to re-register the compensators, then undo
                 return await unwind(state, lambda: job.run(value, Step(state), ctx), original)
             return await job.run(value, Step(state), ctx)
+        finally:
+            # the body ended (returned, raised or was cancelled): its task is done once this
+            # step of it returns, before the attempt's task runs again (a coroutine closed
+            # after its loop is gone tells nobody: nobody waits any more)
+            loop = self._loop
+            if loop is None or not loop.is_closed():
+                self._body_done()
 
-    def _body_done(self, task: asyncio.Task[Any]) -> None:
+    def _body_done(self, task: asyncio.Future[Any] | None = None) -> None:
         first = self._first
         if first is not None and not first.done():
             first.set_result(None)

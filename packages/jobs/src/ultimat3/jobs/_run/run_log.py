@@ -67,15 +67,23 @@ def log_outcome(claimed: ClaimedJob, outcome: RunOutcome, duration_s: float) -> 
     if not outcome.landed:  # another claim owns the run: jobs.settle.unowned said so
         return
     kind = outcome.outcome
+    if kind == "done":  # every run's line: its fields passed as they are, no dict merged
+        log_event(
+            "jobs.run.completed",
+            level="debug",
+            job=claimed.name,
+            job_id=claimed.id,
+            attempt=claimed.attempt,
+            queue=claimed.queue,
+            duration_ms=int(duration_s * 1000),
+        )
+        return
     base: dict[str, Any] = {
         "job": claimed.name,
         "job_id": claimed.id,
         "attempt": claimed.attempt,
         "queue": claimed.queue,
     }
-    if kind == "done":
-        log_event("jobs.run.completed", level="debug", **base, duration_ms=int(duration_s * 1000))
-        return
     error: Mapping[str, Any] = outcome.error or {}
     if kind == "retry":
         log_event(
