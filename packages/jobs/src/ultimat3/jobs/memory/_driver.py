@@ -326,6 +326,8 @@ class MemoryJobDriver:
             self._next_due[worker_id] = later - now
         else:
             self._next_due.pop(worker_id, None)
+        # the queues' turns pick the rows; the answer lists them by (run_at, id), as Postgres does
+        claimed.sort(key=lambda c: (self._s.rows[c.id].run_at_ms, c.id))
         return claimed
 
     def take_next_due(self, worker_id: str) -> int | None:
