@@ -31,17 +31,25 @@ from ._store import Filter, Order, Store
 
 T = TypeVar("T")
 DURATION: Final = "db.client.operation.duration"
-_histograms: dict[int, Histogram] = {}
+_histograms: dict[int, tuple[object, Histogram]] = {}
+"""One histogram per meter, keyed by the meter's id WITH the meter held: an id alone may be
+reused by a later meter once the first is collected (a new provider would then be handed the
+old one's instrument, and record nothing)."""
 
 
 def _duration() -> Histogram:
     m = meter()
     found = _histograms.get(id(m))
-    if found is None:
-        found = _histograms[id(m)] = m.create_histogram(
-            DURATION, unit="s", description="Duration of entity statements (one per handle call)"
+    if found is None or found[0] is not m:
+        found = _histograms[id(m)] = (
+            m,
+            m.create_histogram(
+                DURATION,
+                unit="s",
+                description="Duration of entity statements (one per handle call)",
+            ),
         )
-    return found
+    return found[1]
 
 
 def _error_type(exc: BaseException) -> str:
