@@ -2,7 +2,7 @@
 ``queue_demand``.
 
 OpenTelemetry observable gauges on core's ``meter()``, registered once per process, read every
-started worker of the process when the SDK collects: the runs it holds and its ``max_in_flight``
+started worker of the process when the SDK collects: its bodies running and its ``max_in_flight``
 (by ``worker_id``; a worker with no process cap reports no capacity), and per ``queue`` the last
 sample its ``DepthSampler`` took (``sampler.py``; two workers of one process serving a queue
 report it once, the newer sample).
@@ -34,7 +34,7 @@ class GaugedWorker(Protocol):
     @property
     def depth_sampler(self) -> DepthSampler: ...
 
-    def held(self) -> Any: ...
+    def bodies(self) -> int: ...
 
 
 _workers: weakref.WeakSet[GaugedWorker] = weakref.WeakSet()
@@ -90,7 +90,7 @@ def _watched() -> list[GaugedWorker]:
 
 
 def observe_in_flight(options: CallbackOptions) -> Iterable[Observation]:
-    return [Observation(len(w.held()), {"worker_id": w.id}) for w in _watched()]
+    return [Observation(w.bodies(), {"worker_id": w.id}) for w in _watched()]
 
 
 def observe_capacity(options: CallbackOptions) -> Iterable[Observation]:

@@ -5,7 +5,9 @@ Polling waits ``poll_interval_ms`` while passes find work, doubling up to ``idle
 while they do not (to 5 s while the driver's wake is proven); ``wake()`` passes at once. A driver
 offering ``start_wake`` (``QueueWake``: the Postgres LISTEN session, Redis pub/sub) has it started
 by ``start()`` with ``wake`` and stopped with the worker.
-``max_in_flight`` caps the process across every queue: a pass is ONE claim for every queue, which
+``max_in_flight`` caps the bodies running across every queue (a run whose body ended holds its lease
+until its settle lands, bounded by another ``max_in_flight``, so the next claim travels while the
+settles do): a pass is ONE claim for every queue, which
 the driver serves in turn (the first due row of each queue, then the second, ...: an empty
 queue's share goes to the others), starting after the last queue served, so no queue starves.
 A claim also reads when its queues' next work falls due, and a run that suspends or retries says
@@ -84,6 +86,7 @@ class WorkerStats:
     draining: bool
     queues: tuple[str, ...]
     in_flight: int
+    """Runs whose body is running (or about to start): what ``max_in_flight`` caps."""
     max_in_flight: int | None
     passes: int = 0
     claimed: int = 0
@@ -97,6 +100,9 @@ class WorkerStats:
     abandoned: int = 0
     due_wakes: int = 0
     """Passes the due timer started (a delayed job, a sleeping run, a backoff falling due)."""
+    settling: int = 0
+    """Runs whose body ended and whose settle (an ack, a retry) is still on its way: they hold
+    their lease until it lands, and count against ``2 * max_in_flight``, not the cap."""
 
 
 def _config_error(message: str, fix: str) -> XError:
@@ -438,7 +444,7 @@ class JobWorker:
             running=self._loop_task is not None and not self._loop_task.done(),
             draining=self._draining,
             queues=self.queues,
-            in_flight=len(self._runs),
+            in_flight=len(self._in_body),
             max_in_flight=self.max_in_flight,
             passes=c.get("passes", 0),
             claimed=c.get("claimed", 0),
@@ -451,11 +457,18 @@ class JobWorker:
             leases_lost=c.get("lost", 0),
             abandoned=c.get("abandoned", 0),
             due_wakes=c.get("due_wakes", 0),
+            settling=len(self._runs) - len(self._in_body),
         )
 
     def held(self) -> list[str]:
-        """The ids of the jobs this worker is running now."""
+        """The ids of the jobs this worker holds now (a body running, or its settle on the way):
+        what its registry entry names in flight."""
         return list(self._runs)
+
+    def bodies(self) -> int:
+        """Runs whose body is running now (``stats().in_flight``, the ``job_worker_in_flight``
+        gauge)."""
+        return len(self._in_body)
 
     # --- one pass -----------------------------------------------------------------------------
 
@@ -477,9 +490,12 @@ class JobWorker:
         isolated = self._isolation.room(len(self._runs))  # a crashed job runs alone
         if isolated is not None:
             return isolated
-        if self.max_in_flight is None:
+        cap = self.max_in_flight
+        if cap is None:
             return None
-        return max(0, self.max_in_flight - len(self._runs))
+        # the cap counts bodies: a run whose body ended is only its settle in flight (bounded
+        # by another ``cap``), so the next claim travels while the settles do
+        return max(0, min(cap - len(self._in_body), 2 * cap - len(self._runs)))
 
     async def run_pass(self) -> int:
         """Claim what is due (within the room) and start running it; answers how many. ONE

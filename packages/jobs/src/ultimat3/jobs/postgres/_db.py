@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ultimat3.core import XError
 from ultimat3.jobs.postgres._dial import PROBE_TIMEOUT_S, check_dsn, probe
-from ultimat3.jobs.postgres._sql import check_schema_name, compile_queries
+from ultimat3.jobs.postgres._sql import check_schema_name, compile_queries, generic_plans
 
 Conn: TypeAlias = psycopg.AsyncConnection[Any]
 Cursor: TypeAlias = psycopg.AsyncCursor[Any]
@@ -138,6 +138,7 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
     and again."""
 
     _statement_cursor: psycopg.AsyncCursor[Any] | None = None
+    _generic_plans: bool = False  # the session's plan_cache_mode is force_generic_plan
     _lean_prepared: frozenset[str] = frozenset()
     _lean_loop: asyncio.AbstractEventLoop | None = None  # the loop watching the socket, if any
     _lean_fd: int = -1
@@ -180,6 +181,14 @@ class DriverConnection(psycopg.AsyncConnection[Any]):
             self._lean_loop = None
             if not loop.is_closed():
                 loop.remove_reader(self._lean_fd)
+
+    async def plans(self, *, generic: bool) -> None:
+        """Set the session's ``plan_cache_mode`` for the next statement: ``force_generic_plan``
+        for a ``GENERIC`` one, the session's own default (``RESET``) for anything else — one
+        ``SET`` when it changes, none while a connection runs the hot statements only."""
+        if self._generic_plans is not generic:
+            await self.statement_cursor().execute(_GENERIC_ON if generic else _GENERIC_OFF)
+            self._generic_plans = generic
 
     def statement_cursor(self) -> psycopg.AsyncCursor[Any]:
         cursor = self._statement_cursor
@@ -411,6 +420,15 @@ class DriverPool(AsyncConnectionPool[Any]):
         await super().close(timeout)
 
 
+_GENERIC_ON: Final = b"SET plan_cache_mode = force_generic_plan"
+_GENERIC_OFF: Final = b"RESET plan_cache_mode"
+GENERIC: Final = generic_plans()
+"""The statements the driver runs on its own pool under ``plan_cache_mode =
+force_generic_plan`` (marked ``-- plan: generic`` in ``sql/queries``): the worker's claim,
+settles and step records, whose custom plan cost more to make than to run. A connection the
+driver hands out for anything else (a transaction, a step's own SQL) is back at the session's
+default first."""
+
 LEAN: Final = frozenset({"enqueue", "enqueue_blind", "enqueue_holder"})
 """The statements a driver-owned connection runs through ``DriverConnection.lean_fetchone``:
 the single enqueue's, where the client's cost per statement is most of the caller's wait."""
@@ -551,6 +569,8 @@ class Database:
         # connection left inside a transaction and closes one left mid-statement or broken.
         conn = await pool.getconn()
         try:
+            if cast("DriverConnection", conn)._generic_plans:
+                await cast("DriverConnection", conn).plans(generic=False)
             yield conn
         finally:
             await pool.putconn(conn)
@@ -647,6 +667,9 @@ class Database:
                     pool = self._pool if self._pool is not None else await self.open()
                     mine = cast("DriverConnection", await pool.getconn())
                     try:
+                        generic = name in GENERIC
+                        if mine._generic_plans is not generic:
+                            await mine.plans(generic=generic)
                         if name in LEAN and read is _one:
                             row = await mine.lean_fetchone(name, self._lean(name), params)
                             return cast("T", row)

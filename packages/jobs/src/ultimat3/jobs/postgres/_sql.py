@@ -40,6 +40,7 @@ TABLES: Final[tuple[str, ...]] = (
 
 MAX_IDENTIFIER_BYTES: Final = 63
 _NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_GENERIC_MARK = re.compile(r"^--\s*plan:\s*generic\s*$")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
@@ -66,12 +67,13 @@ introspect, leases, outbox, events, tasks, counters, ...)."""
 
 
 @cache
-def blocks() -> MappingProxyType[str, str]:
-    """The named blocks of every ``sql/queries/*.sql``, each without its leading comment lines;
-    a name is unique across the files (a second one is a bug, refused here)."""
+def _parsed() -> tuple[MappingProxyType[str, str], frozenset[str]]:
+    """Every named block of ``sql/queries/*.sql`` (its text without the leading comment lines),
+    and the names whose leading comment says ``-- plan: generic``."""
     folder = resources.files(__package__).joinpath("sql", QUERY_FILES)
     found: dict[str, str] = {}
     where: dict[str, str] = {}
+    generic: set[str] = set()
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
@@ -80,14 +82,30 @@ def blocks() -> MappingProxyType[str, str]:
         for i, mark in enumerate(marks):
             end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
             lines = text[mark.end() : end].strip("\n").splitlines()
-            while lines and lines[0].lstrip().startswith("--"):
-                lines.pop(0)
             name = mark.group(1)
+            while lines and lines[0].lstrip().startswith("--"):
+                if _GENERIC_MARK.match(lines.pop(0).strip()):
+                    generic.add(name)
             if name in found:
                 raise RuntimeError(f"sql block {name!r} is named in {where[name]} and {entry.name}")
             found[name] = "\n".join(lines).strip()
             where[name] = entry.name
-    return MappingProxyType(found)
+    return MappingProxyType(found), frozenset(generic)
+
+
+def blocks() -> MappingProxyType[str, str]:
+    """The named blocks of every ``sql/queries/*.sql``, each without its leading comment lines;
+    a name is unique across the files (a second one is a bug, refused here)."""
+    return _parsed()[0]
+
+
+def generic_plans() -> frozenset[str]:
+    """The blocks marked ``-- plan: generic`` in their leading comment: the worker's hot
+    statements, which the driver runs on its own pool under ``plan_cache_mode =
+    force_generic_plan`` (planned once per connection, not again at every execution — the
+    claim's custom plan cost more than its execution). Every other statement keeps Postgres's
+    ``auto``: an optional filter (``%(x)s IS NULL OR ...``) needs its custom plan."""
+    return _parsed()[1]
 
 
 def check_schema_name(schema: str) -> str:

@@ -2,6 +2,7 @@
 -- The rules every statement file follows are at the top of common.sql.
 
 -- name: claim
+-- plan: generic
 -- Hand out at most %(limit)s due jobs, the queues served in turn (the first due row of each queue
 -- in the order named, then the second of each, ...: one statement serves a worker's every queue
 -- fairly, a queue's unused share going to the others). A claim that hands out fewer than its
@@ -151,6 +152,7 @@ FROM (
 ORDER BY r.kind, r.run_at, r.id
 
 -- name: progress
+-- plan: generic
 UPDATE {x_jobs} AS j SET
     progress = %(progress)s::jsonb,
     updated_at = now()
@@ -188,6 +190,7 @@ GROUP BY j.queue
 ORDER BY j.queue
 
 -- name: sample_queues
+-- plan: generic
 -- queue_depth / queue_demand (QueueSampler): for each queue named, in the order named, its due
 -- rows no worker holds and its running rows, each counted up to %(cap)s by an index-only range
 -- scan (x_jobs_claim_idx on (queue, run_at) for the due rows, x_jobs_lapsed_idx for the running

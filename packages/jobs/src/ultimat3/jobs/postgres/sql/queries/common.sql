@@ -13,6 +13,11 @@
 -- `floor(extract(epoch FROM t) * 1000)::bigint` out.
 --
 -- One file per concern (this folder); block names are unique across them.
+--
+-- A block whose leading comment holds the line `-- plan: generic` runs on the driver's own pool
+-- under `plan_cache_mode = force_generic_plan` (_db.GENERIC): the worker's hot statements,
+-- planned once per connection instead of at every execution. Mark only a statement whose plan
+-- does not hinge on a parameter's value (no `%(x)s IS NULL OR ...` filter).
 
 -- name: job_columns
 -- (fragment) a JobRow, in _rows.job_row's order, from `x_jobs AS j`.

@@ -2,6 +2,7 @@
 -- The rules every statement file follows are at the top of common.sql.
 
 -- name: ack
+-- plan: generic
 -- Fenced on (worker_id, claim) through x_jobs_pkey; the done counter moves in this statement.
 WITH settled_rows AS (
     UPDATE {x_jobs} AS j SET
@@ -28,6 +29,7 @@ SELECT count(*), (SELECT count(pg_notify({settle_channel}, %(id)s::text)) FROM s
 FROM settled_rows
 
 -- name: ack_many
+-- plan: generic
 -- A batch of acks of one worker in one statement (x_jobs_pkey per input), the acks as one jsonb
 -- array of [id, claim, result, duration_ms]; answers the ids that landed. The counters move once
 -- per job name for the whole batch. Each landed ack notifies the settle channel with its id (a
@@ -64,6 +66,7 @@ settled AS (
 SELECT r.id::text, pg_notify({settle_channel}, r.id::text) FROM settled_rows r
 
 -- name: nack
+-- plan: generic
 -- Fenced like ack. retry -> ready at run_at; dead / failed -> terminal; suspend -> suspended
 -- (attempt handed back, wait_event kept for wake_waiters); release -> ready (attempt handed
 -- back). retried / dead / failed move their counter in this statement; dead / failed notify the
@@ -115,6 +118,7 @@ SELECT count(*), (SELECT count(pg_notify({settle_channel}, r.id::text)) FROM set
 FROM settled_rows
 
 -- name: heartbeat
+-- plan: generic
 UPDATE {x_jobs} AS j SET
     lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
     updated_at = now()
@@ -124,6 +128,7 @@ WHERE j.id = %(id)s::uuid
   AND j.claim = %(claim)s::uuid
 
 -- name: heartbeat_many
+-- plan: generic
 -- Renew every lease one worker holds in one statement; answers the ids that landed.
 UPDATE {x_jobs} AS j SET
     lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
@@ -136,6 +141,7 @@ WHERE j.id = i.id
 RETURNING j.id::text
 
 -- name: steps_load
+-- plan: generic
 -- x_job_steps_pkey; steps in the order they were first recorded.
 SELECT s.name, s.state, s.executions, s.output, s.error, s.updated_at
 FROM {x_job_steps} s
@@ -143,6 +149,7 @@ WHERE s.job_id = %(job_id)s::uuid
 ORDER BY s.created_at, s.name
 
 -- name: step_record
+-- plan: generic
 -- Fenced: the job row must still be held by (worker_id, claim); FOR SHARE keeps it held until
 -- this statement commits. A completed step is never overwritten.
 WITH owner AS (

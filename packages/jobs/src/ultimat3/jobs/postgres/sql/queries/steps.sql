@@ -2,6 +2,7 @@
 -- The rules every statement file follows are at the top of common.sql.
 
 -- name: step_record_many
+-- plan: generic
 -- `step_record` for the steps of many runs recorded in the same event-loop turn, as one jsonb
 -- array of [job_id, name, state, executions, [output] | null, [error] | null, worker_id, claim]
 -- (a value wrapped in a one-element array, so SQL NULL and JSON null stay apart). Each row is

@@ -17,6 +17,7 @@ ON CONFLICT (id) DO UPDATE SET
 RETURNING w.id, w.host, w.started_at, w.queues, w.slots, w.in_flight, w.last_heartbeat_at
 
 -- name: worker_heartbeat
+-- plan: generic
 UPDATE {x_workers} AS w SET
     last_heartbeat_at = now(),
     in_flight = %(in_flight)s::text[]
