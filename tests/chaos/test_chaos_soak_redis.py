@@ -26,6 +26,11 @@ async def test_the_bounded_redis_chaos_soak_keeps_every_invariant() -> None:
         "I2 phantom": 0,
         "I7 attempts over max": 0,
         "I5 completed step re-ran": 0,
+        "I6 settle not by its one owner": 0,
         "I8 cap exceeded": 0,
     }, report
+    assert report.settles >= JOBS, report  # I6 saw the settles: every job's ack at least
+    assert report.claims >= report.settles, report
+    assert report.monitor_dials == 2, report  # before the server's death and after it
+    assert report.claims_not_on_disk == 0, report  # the file holds every claim it relies on
     assert 1 <= report.max_cap_seen <= 2, report

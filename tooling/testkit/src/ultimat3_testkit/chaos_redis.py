@@ -13,13 +13,20 @@ The invariants (each a count of violations; the soak passes when all are 0):
 - I2 no phantom: the driver holds exactly the enqueued jobs.
 - I5 completed steps never re-run: no effect of a step was recorded after the step's
   ``completed`` record (both on the server's clock).
+- I6 one owner per settle: every settle that landed (an ``ack`` or ``nack`` past its fence that
+  wrote the row's state) was fenced on a (worker, claim) handed out for that job to that worker,
+  and no claim settled twice. The record is the server's own: a ``MONITOR`` connection held by
+  the soak's driver for the whole soak (re-dialled across the restart) shows each script run
+  and the commands it ran, and the append-only file adds every claim the monitor missed while
+  it was down (``appendfsync always``: a worker only ever receives a claim that is on disk).
+  A settle run while the monitor was down is not seen, so not checked
+  (:mod:`ultimat3_testkit.redis_owners`).
 - I7 attempts bounded: no row's ``attempts`` is over its ``max_attempts``.
 - I8 the keyed cap never exceeded, as the bodies recorded it (an interval a SIGKILL cut short
   ends at the kill; one open across the server's death ends at the death: its slot's lease
   could not be renewed past it and may lapse during the outage).
 
-Not here: I3 (``step.transaction`` is refused on Redis) and I6 (Redis has no trigger to record
-every settle; the fence is the same one the conformance suite holds).
+Not here: I3 (``step.transaction`` is refused on Redis).
 Reported, not a violation: ``step.run`` effects that ran twice (at-least-once).
 """
 
@@ -36,6 +43,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +58,7 @@ from redis.exceptions import RedisError
 from ultimat3.core import Signal, new_id, swap_adapter
 from ultimat3.jobs import Concurrency, JobContext, Retry, Step, job, job_worker
 from ultimat3.jobs.adapter import JOB_DRIVER, MAX_JOB_PAGE, EnqueueRequest, JobRow, job_cursor
+from ultimat3_testkit.redis_owners import aof_claims, i6_violations, monitor_owners, script_shas
 
 QUEUE: Final = "rchaos"
 CAP: Final = 2
@@ -186,7 +195,8 @@ class PrivateRedis:
             [
                 "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.folder), "--appendonly", "yes", "--appendfsync", "always",
-                "--save", "", "--daemonize", "no", "--logfile", str(self.folder / "redis.log"),
+                "--save", "", "--auto-aof-rewrite-percentage", "0", "--daemonize", "no",
+                "--logfile", str(self.folder / "redis.log"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -210,6 +220,89 @@ class PrivateRedis:
             process.wait(timeout=10)
 
 
+class Monitor:
+    """``MONITOR`` on the private server for the whole soak, read on a thread of its own and
+    re-dialled whenever the connection drops (the server's death); the lines as Redis wrote
+    them. What runs while it is not connected is not seen: ``dials`` counts the connections."""
+
+    MARK: Final = "rchaos-monitor-end"
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.lines: list[str] = []
+        self.dials = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rchaos-monitor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self.dials:
+            if time.monotonic() > deadline:
+                raise AssertionError("MONITOR did not attach")
+            time.sleep(0.01)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"MONITOR\r\n")
+                    s.settimeout(0.2)
+                    tail = b""
+                    dialled = False
+                    while not self._stop.is_set():
+                        try:
+                            chunk = s.recv(1 << 20)
+                        except TimeoutError:
+                            continue
+                        if not chunk:
+                            break
+                        *done, tail = (tail + chunk).split(b"\r\n")
+                        if not dialled and done:  # "+OK": attached
+                            dialled = True
+                            self.dials += 1
+                        self.lines.extend(x[1:].decode("utf-8", "replace") for x in done)
+            except OSError:
+                time.sleep(0.01)
+
+    def finish(self) -> None:
+        """Everything the server ran so far read (a marker sent last has come back), then
+        stop."""
+        with SyncRedis(port=self.port) as client:
+            client.echo(self.MARK)
+        deadline = time.monotonic() + 60
+        seen = 0
+        while not any(self.MARK in x for x in self.lines[seen:]):
+            seen = max(0, len(self.lines) - 1)
+            if time.monotonic() > deadline:
+                raise AssertionError("the MONITOR stream did not catch up")
+            time.sleep(0.05)
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+
+def owners_check(lines: Sequence[str], folder: Path, report: Report, v: dict[str, int]) -> None:
+    """I6 from the monitored lines and the append-only file's claims (``folder``: the server's
+    ``--dir``)."""
+    from ultimat3.jobs_redis._scripts import script_sources
+
+    base = "{" + PREFIX + "}:"
+    seen = monitor_owners(lines, script_shas(script_sources()), base)
+    on_disk: set[tuple[str, str, str]] = set()
+    for path in sorted((folder / "appendonlydir").glob("*.incr.aof")):
+        on_disk |= aof_claims(path.read_bytes(), base)
+    claims = seen.claims | on_disk
+    report.claims = len(claims)
+    report.claims_unmonitored = len(claims - seen.claims)
+    report.claims_not_on_disk = len(seen.claims - on_disk)
+    report.settles = len(seen.settles)
+    v["I6 settle not by its one owner"] = i6_violations(claims, seen.settles)
+
+
 # --- the soak -----------------------------------------------------------------------------------
 
 
@@ -224,6 +317,16 @@ class Report:
     run_duplicates: int = 0
     run_jobs: int = 0
     max_cap_seen: int = 0
+    claims: int = 0
+    """Claims handed out (I6's record: the monitored stream and the append-only file)."""
+    claims_unmonitored: int = 0
+    """Of those, the ones only the append-only file holds (run while the monitor was down)."""
+    claims_not_on_disk: int = 0
+    """Claims the monitor saw that the append-only file lacks: 0 while the file is the whole
+    record of claims that I6 relies on for the monitor's holes (a check of that reasoning)."""
+    settles: int = 0
+    """Settles seen landing (I6's record), each fenced on one claim."""
+    monitor_dials: int = 0
     crashes: int = 0
     """Crashes on record over every row (lapses whose worker was known dead)."""
     events: list[str] = field(default_factory=list)
@@ -300,8 +403,11 @@ async def soak(*, jobs: int, seconds: float, workers: int = 3, seed: int = 23) -
     kills: dict[int, int] = {}
     """A killed worker's pid -> the server's clock at the kill (ms)."""
     driver = None
+    monitor: Monitor | None = None
     try:
         server.start()
+        monitor = Monitor(server.port)
+        monitor.start()
         driver = redis_job_driver(server.url, prefix=PREFIX)
         requests, modes = _requests(jobs, rng)
         for i in range(0, len(requests), 500):
@@ -376,8 +482,13 @@ async def soak(*, jobs: int, seconds: float, workers: int = 3, seed: int = 23) -
             proc.signal(signal.SIGTERM)
         for proc in alive:
             await asyncio.to_thread(proc.proc.wait, 30)
+        await asyncio.to_thread(monitor.finish)
+        report.monitor_dials = monitor.dials
+        owners_check(monitor.lines, base, report, report.violations)
         await _check(driver, server.url, ids, modes, kills, report, server_killed)
     finally:
+        if monitor is not None:
+            monitor.close()
         for proc in procs:
             if proc.proc.poll() is None:
                 proc.proc.kill()
