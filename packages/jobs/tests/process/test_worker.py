@@ -239,6 +239,55 @@ async def test_an_idle_worker_woken_for_a_queue_claims_that_queue_first(
         await w.wait_idle()
 
 
+class HeldAcks(ClaimSpy):
+    """Acks that wait for ``release``: a run's body has ended, its settle is on its way."""
+
+    def __init__(self, inner: EngineDriver) -> None:
+        super().__init__(inner)
+        self.release = asyncio.Event()
+
+    async def ack(self, *args: Any, **kw: Any) -> Any:
+        await self.release.wait()
+        return await self.inner.ack(*args, **kw)
+
+    async def ack_many(self, *args: Any, **kw: Any) -> Any:
+        await self.release.wait()
+        return await self.inner.ack_many(*args, **kw)
+
+
+async def _settled_to(w: JobWorker, *, settling: int) -> None:
+    for _ in range(500):
+        stats = w.stats()
+        if stats.in_flight == 0 and stats.settling == settling:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never {settling} settling with no body running: {w.stats()}")
+
+
+async def test_the_cap_counts_bodies_so_the_next_claim_travels_while_the_settles_do(
+    driver: EngineDriver,
+) -> None:
+    """max_in_flight caps bodies: a run whose body ended holds its lease until its ack lands,
+    but frees its room at once; the runs still settling are bounded by another max_in_flight."""
+    gate.set()
+    jobs = await _fill({"s": 6})
+    spy = HeldAcks(driver)
+    w = job_worker(jobs=list(jobs.values()), driver=spy, max_in_flight=2, handle_signals=False)
+    try:
+        assert await w.run_pass() == 2
+        await _settled_to(w, settling=2)
+        assert len(w.held()) == 2
+        assert await w.run_pass() == 2  # the acks are out: the room is the cap's again
+        await _settled_to(w, settling=4)
+        assert await w.run_pass() == 0  # 2 x max_in_flight settling: no claim at all
+        assert [limit for _, limit in spy.claims] == [2, 2]
+    finally:
+        spy.release.set()
+        await w.wait_idle()
+    stats = w.stats()
+    assert (stats.claimed, stats.completed, stats.in_flight, stats.settling) == (4, 4, 0, 0)
+
+
 async def test_without_a_cap_one_claim_covers_every_queue(driver: EngineDriver) -> None:
     jobs = await _fill({"a": 2, "b": 2})
     spy = ClaimSpy(driver)
