@@ -151,6 +151,111 @@ FROM (
 ) r
 ORDER BY r.kind, r.run_at, r.id
 
+-- name: claim_due
+-- plan: generic
+-- The claim's common case in a lighter plan: when no lease of the queues has lapsed (the probe:
+-- one ordered probe of x_jobs_lapsed_idx per queue, skipping a lapse `lapse_deferred` holds, as
+-- `claim`'s `lapsed` CTE does), there is nothing to bury, no crash to count and no lapsed row to
+-- hand out, so `claim`'s answer is exactly its due rows: this statement hands them out (the same
+-- turns over the queues, the same columns, the same 'next' row). When the probe finds a lapse it
+-- hands out NOTHING and answers one row of kind 'lapsed': the driver then sends `claim`, which
+-- decides that pass in full (one more round trip, only while a lapse waits).
+WITH queues AS (
+    SELECT q.queue, min(q.ord) AS ord
+    FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q (queue, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM {x_paused_queues} p WHERE p.queue = q.queue)
+    GROUP BY q.queue
+),
+lapse AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1
+        FROM queues
+        CROSS JOIN LATERAL (
+            SELECT 1
+            FROM {x_jobs} j
+            WHERE j.queue = queues.queue
+              AND j.state = 'running'
+              AND j.lease_expires_at <= now()
+              AND NOT {lapse_deferred}
+            LIMIT 1
+        ) l
+    ) AS found
+),
+due AS MATERIALIZED (
+    SELECT d.id, d.run_at, queues.ord
+    FROM queues
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at
+        FROM {x_jobs} j
+        WHERE j.queue = queues.queue
+          AND j.state IN ('ready', 'delayed', 'suspended')
+          AND j.run_at <= now()
+        ORDER BY j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) d
+    WHERE NOT (SELECT found FROM lapse)
+),
+picked AS MATERIALIZED (
+    SELECT due.id
+    FROM due
+    ORDER BY row_number() OVER (PARTITION BY due.ord ORDER BY due.run_at, due.id), due.ord
+    LIMIT %(limit)s
+),
+next_due AS (
+    SELECT min(n.run_at) AS run_at
+    FROM queues
+    CROSS JOIN LATERAL (
+        SELECT j.run_at
+        FROM {x_jobs} j
+        WHERE j.queue = queues.queue
+          AND j.state IN ('ready', 'delayed', 'suspended')
+          AND j.run_at > now()
+        ORDER BY j.run_at
+        LIMIT 1
+    ) n
+    WHERE (SELECT count(*) FROM picked) < %(limit)s AND NOT (SELECT found FROM lapse)
+),
+claimed AS (
+    UPDATE {x_jobs} AS j SET
+        state = 'running',
+        attempts = j.attempts + 1,
+        worker_id = %(worker_id)s,
+        claim = gen_random_uuid(),
+        lease_expires_at = now() + %(visibility_timeout_ms)s::bigint * interval '1 millisecond',
+        wait_event = NULL,
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.run_id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.claim,
+              j.lease_expires_at, j.idempotency_key, j.tenant_id, j.concurrency_key,
+              j.created_at, j.run_at, j.trace_context, j.crash_streak
+)
+SELECT r.*
+FROM (
+    SELECT 'claimed' AS kind, c.id::text AS id, c.run_id::text AS run_id, c.name, c.queue,
+           c.payload, c.attempts, c.max_attempts, c.claim::text AS claim,
+           floor(extract(epoch FROM now()) * 1000)::bigint AS now_ms,
+           floor(extract(epoch FROM c.lease_expires_at) * 1000)::bigint AS lease_ms,
+           c.idempotency_key, c.tenant_id, c.concurrency_key,
+           floor(extract(epoch FROM c.created_at) * 1000)::bigint AS created_ms,
+           NULL::text AS state, NULL::text AS lapsed_worker, c.run_at,
+           EXISTS (SELECT 1 FROM {x_job_steps} s WHERE s.job_id = c.id) AS has_steps,
+           NULL::jsonb AS last_error, c.trace_context, c.crash_streak, NULL::text AS crashed_worker
+    FROM claimed c
+    UNION ALL
+    SELECT 'next', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           ceil(extract(epoch FROM (n.run_at - now())) * 1000)::bigint, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, n.run_at, NULL, NULL, NULL, NULL, NULL
+    FROM next_due n
+    WHERE n.run_at IS NOT NULL
+    UNION ALL
+    SELECT 'lapsed', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM lapse
+    WHERE lapse.found
+) r
+ORDER BY r.kind, r.run_at, r.id
+
 -- name: progress
 -- plan: generic
 UPDATE {x_jobs} AS j SET
