@@ -86,7 +86,6 @@ async def variants(base: str) -> None:
     dsn = await pw.fresh_db(base, "claim_cost_variants")
     statements = {
         "the driver's claim SQL": compile_queries("public")["claim"],
-        "claim_due (no lapse)": compile_queries("public")["claim_due"],
         "bare due + update": BARE,
         "SELECT 1 (a round trip)": EMPTY,
     }

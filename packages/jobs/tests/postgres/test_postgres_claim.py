@@ -122,32 +122,3 @@ async def test_a_claim_of_nothing_asks_nothing(pg_driver: PostgresJobDriver) -> 
     assert await pg_driver.claim(queues=[], limit=5, worker_id="w", visibility_timeout_ms=1) == []
     [stats] = await pg_driver.stats()
     assert stats.ready == 3
-
-
-async def test_with_no_lapse_a_claim_is_the_light_statement_and_a_lapse_sends_the_full_one(
-    pg_driver: PostgresJobDriver, statements: Counter[str]
-) -> None:
-    """``claim_due`` answers the common case alone; a lease that lapsed makes it hand out
-    nothing, and ``claim`` decides that pass: the lapsed row and the due rows in run_at order,
-    the lapse's attempt counted, exactly as one full claim would."""
-    now = await pg_driver.now_ms()
-    batch = reqs(3, "lq")  # one key each
-    old, young = batch[:1], batch[1:]
-    await pg_driver.enqueue_many([replace(old[0], run_at_ms=now - 60_000)])
-    [held] = await pg_driver.claim(
-        queues=["lq"], limit=1, worker_id="gone", visibility_timeout_ms=50
-    )
-    assert (statements["claim_due"], statements["claim"]) == (1, 0)
-    await pg_driver.enqueue_many([replace(r, run_at_ms=now - 1000) for r in young])
-    await asyncio.sleep(0.2)  # the 50 ms lease lapses (its worker never registered)
-    statements.clear()
-    got = await pg_driver.claim(queues=["lq"], limit=2, worker_id="w", visibility_timeout_ms=60_000)
-    assert (statements["claim_due"], statements["claim"]) == (1, 1)
-    assert [j.id for j in got] == [held.id, young[0].id]  # the lapsed row is the oldest
-    assert got[0].attempt == 2 and got[1].attempt == 1
-    statements.clear()
-    rest = await pg_driver.claim(
-        queues=["lq"], limit=5, worker_id="w", visibility_timeout_ms=60_000
-    )
-    assert [j.id for j in rest] == [young[1].id]
-    assert (statements["claim_due"], statements["claim"]) == (1, 0)  # nothing lapsed now

@@ -240,27 +240,24 @@ class PostgresJobDriver:
     ) -> list[ClaimedJob]:
         """One statement: at most ``limit`` due jobs of the unpaused ``queues``, oldest run_at
         first; a lapsed lease on its final attempt is buried by the statement itself and logged
-        ``jobs.claim.exhausted``. The statement is ``claim_due`` while no lease of the queues has
-        lapsed, and ``claim`` (after it) while one has: the same answer, a lighter plan."""
+        ``jobs.claim.exhausted``."""
         _positive_ms(visibility_timeout_ms, "visibility_timeout_ms")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise XError("X_INVARIANT", f"claim: limit {limit!r} is not a count", fix="limit=1+")
         check_text(worker_id, what="claim: worker_id")
         if limit == 0 or not queues:
             return []
-        params = {
-            "queues": list(queues),
-            "limit": limit,
-            "worker_id": worker_id,
-            "visibility_timeout_ms": visibility_timeout_ms,
-            "no_dead_letter": list(no_dead_letter),
-        }
-        what = f"claim by worker {worker_id}"
-        # the common case (no lease lapsed) in the lighter statement; a lapse found there hands
-        # out nothing, and the full statement decides the pass (claim.sql, claim_due)
-        rows = await self._db.fetchall("claim_due", params, what=what)
-        if rows and rows[-1][0] == "lapsed":
-            rows = await self._db.fetchall("claim", params, what=what)
+        rows = await self._db.fetchall(
+            "claim",
+            {
+                "queues": list(queues),
+                "limit": limit,
+                "worker_id": worker_id,
+                "visibility_timeout_ms": visibility_timeout_ms,
+                "no_dead_letter": list(no_dead_letter),
+            },
+            what=f"claim by worker {worker_id}",
+        )
         claimed: list[ClaimedJob] = []
         self._next_due.pop(worker_id, None)
         for r in rows:
