@@ -61,7 +61,7 @@ class QueueWake(ListenSession):
         super().__init__(
             db,
             channel=wake_channel(db.schema),
-            dsn=dsn,
+            dsn=dsn or db.conninfo(),  # refused here, at start, when there is none to dial
             probe_timeout_s=probe_timeout_s,
             probe_every_s=probe_every_s,
             redial_max_s=redial_max_s,
